@@ -1,0 +1,153 @@
+"""`hf` engine: batched sampling with a KV cache on plain transformers, CPU or GPU.
+
+A hand-written decode loop rather than `model.generate`, because the trainer needs three
+things generate does not give together: a seed per request (results independent of how
+requests are batched, which exact resume relies on), the log-prob of every sampled token,
+and stop strings checked on the decoded continuation. Finished rows are dropped from the
+batch and its cache, so one long answer does not make the others pay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from agents.engine import GenRequest, GenResult
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class HFEngine:
+    """Holds one copy of the policy for sampling."""
+
+    def __init__(self, model_path: str | Path, dtype: str = "float32", threads: int = 0) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=_DTYPES[dtype])
+        self.model.to(self.device).eval()
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.eos_ids[0]
+        self.version = 0
+
+    def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
+        """Load new policy weights (a full state dict, or a subset of it)."""
+        self.model.load_state_dict(named_tensors, strict=False)
+        self.version = version
+
+    def load(self, model_path: str | Path, version: int) -> None:
+        """Load weights from an HF folder (a checkpoint), e.g. on resume."""
+        from safetensors.torch import load_file
+
+        state: dict[str, Any] = {}
+        for f in sorted(Path(model_path).glob("*.safetensors")):
+            state.update(load_file(str(f)))
+        self.update_weights(state, version)
+
+    @torch.inference_mode()
+    def generate(
+        self, requests: list[GenRequest], *, temperature: float, top_p: float = 1.0
+    ) -> list[GenResult]:
+        """Continue every request; temperature 0 means greedy."""
+        if not requests:
+            return []
+        n = len(requests)
+        gens = [torch.Generator().manual_seed(r.seed) for r in requests]
+        out_ids: list[list[int]] = [[] for _ in range(n)]
+        out_lp: list[list[float]] = [[] for _ in range(n)]
+        finish = ["length"] * n
+
+        # Prefill: left-pad so every row's next token sits in the last column.
+        lens = [len(r.prompt_ids) for r in requests]
+        width = max(lens)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, r in enumerate(requests):
+            ids[i, width - lens[i] :] = torch.tensor(r.prompt_ids)
+            mask[i, width - lens[i] :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self._forward(ids, mask, pos, cache)  # [n, V]
+
+        rows = list(range(n))  # request index of each live batch row
+        steps = max(r.max_new_tokens for r in requests)
+        for t in range(steps):
+            tokens, lps = self._sample(logits, temperature, top_p, [gens[i] for i in rows])
+            keep: list[int] = []
+            for b, i in enumerate(rows):
+                tok = int(tokens[b])
+                out_ids[i].append(tok)
+                out_lp[i].append(float(lps[b]))
+                done = self._finished(i, requests[i], out_ids[i], tok, t, finish)
+                if not done:
+                    keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(rows):
+                idx = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(idx)
+                mask, pos, tokens = mask[idx], pos[idx], tokens[idx]
+                rows = [rows[b] for b in keep]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            pos = pos[:, -1:] + 1
+            logits = self._forward(tokens.view(-1, 1), mask, pos, cache)
+        return [
+            GenResult(token_ids=out_ids[i], logprobs=out_lp[i], finish_reason=finish[i], version=self.version)
+            for i in range(n)
+        ]
+
+    def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=pos[:, -ids.shape[1] :],
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float()
+
+    @staticmethod
+    def _sample(logits, temperature, top_p, gens) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one token per row; return it and its log-prob under softmax(logits / T)."""
+        if temperature <= 0:
+            tokens = logits.argmax(-1)
+            lps = torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
+            return tokens, lps
+        logp = torch.log_softmax(logits / temperature, -1)
+        probs = logp.exp()
+        if top_p < 1.0:
+            sorted_p, order = probs.sort(-1, descending=True)
+            cut = sorted_p.cumsum(-1) - sorted_p > top_p
+            sorted_p = sorted_p.masked_fill(cut, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        tokens = torch.stack([torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(gens)])
+        return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+    def _finished(self, i: int, req: GenRequest, ids: list[int], tok: int, t: int, finish: list[str]) -> bool:
+        if tok in self.eos_ids:
+            finish[i] = "eos"
+            return True
+        if req.stop:
+            # A stop string is a handful of tokens at most: decode only the tail.
+            tail = self.tokenizer.decode(ids[-16:], skip_special_tokens=False)
+            if any(s in tail for s in req.stop):
+                finish[i] = "stop"
+                return True
+        if t + 1 >= req.max_new_tokens:
+            finish[i] = "length"
+            return True
+        return False
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config else None
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    ids = ids if isinstance(ids, list) else [ids]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return [i for i in ids if i is not None]

@@ -1,0 +1,13 @@
+"""One-sentence errors for the user: `fail("...")` prints and exits 2, no traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(code)

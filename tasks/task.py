@@ -1,0 +1,94 @@
+"""The task record: one JSON object per line in a task file.
+
+A task is what an environment needs to run one episode and grade it. Everything
+environment-specific (a database path, a Harbor task folder, a difficulty) lives in
+`metadata`, so the record itself stays the same for every environment.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode's worth of input and the data its grader needs."""
+
+    id: str
+    """Unique within its suite, stable across rebuilds (used for data position and reports)."""
+    env: str
+    """Environment name (`sql`, `math`, or a plugin's name)."""
+    prompt: str | list[Message]
+    """The user's request: a string, or chat messages ({"role", "content"})."""
+    answer: Any = None
+    """Whatever the grader needs: gold SQL, a number, a list of accepted strings."""
+    split: str | None = None
+    """`train`, `dev` or `test`; None when the file is not split."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """Environment inputs: `database` for SQL, `difficulty`, `task_dir` for the shell..."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @staticmethod
+    def from_dict(obj: dict[str, Any], *, where: str = "task") -> Task:
+        """Build a Task from a parsed JSON object; raise ValueError naming what is wrong."""
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where} is not a JSON object")
+        missing = [k for k in ("id", "env", "prompt") if k not in obj]
+        if missing:
+            raise ValueError(f"{where} is missing the field(s) {', '.join(missing)}")
+        unknown = set(obj) - {"id", "env", "prompt", "answer", "split", "metadata"}
+        if unknown:
+            raise ValueError(
+                f"{where} has unknown field(s) {', '.join(sorted(unknown))}; "
+                "accepted: id, env, prompt, answer, split, metadata"
+            )
+        prompt = obj["prompt"]
+        if not isinstance(prompt, str | list):
+            raise ValueError(f"{where}: prompt must be a string or a list of chat messages")
+        return Task(
+            id=str(obj["id"]),
+            env=str(obj["env"]),
+            prompt=prompt,
+            answer=obj.get("answer"),
+            split=obj.get("split"),
+            metadata=dict(obj.get("metadata") or {}),
+        )
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Read a JSONL (or .json list, or Parquet) task file; ValueError names the bad line."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"task file {path} does not exist")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq  # optional: only when a user hands us Parquet
+
+        rows = pq.read_table(path).to_pylist()
+        return [Task.from_dict(r, where=f"{path} row {i + 1}") for i, r in enumerate(rows)]
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        rows = json.loads(text)
+        return [Task.from_dict(r, where=f"{path} item {i + 1}") for i, r in enumerate(rows)]
+    tasks = []
+    for i, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} line {i + 1} is not valid JSON ({e.msg})") from None
+        tasks.append(Task.from_dict(obj, where=f"{path} line {i + 1}"))
+    if not tasks:
+        raise ValueError(f"task file {path} holds no tasks")
+    return tasks
+
+
+def write_tasks(path: str | Path, tasks: list[Task]) -> None:
+    Path(path).write_text("".join(t.to_json() + "\n" for t in tasks), encoding="utf-8")

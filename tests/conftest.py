@@ -1,0 +1,68 @@
+"""Shared fixtures: the real `skyrl` command and one real local Ray cluster per session."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_address(tmp_path_factory):
+    """A real Ray head on loopback, shared by every test that trains (`--ray-address`)."""
+    port = _free_port()
+    tmp = tmp_path_factory.mktemp("ray")
+    # A short temp dir: Ray's unix sockets fail on long paths.
+    temp_dir = Path("/tmp") / f"skyrl-ray-{os.getpid()}"
+    proc = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+         "--include-dashboard=false", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
+         f"--temp-dir={temp_dir}"],
+        stdout=open(tmp / "ray.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    address = f"127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError((tmp / "ray.log").read_text()) from None
+            time.sleep(0.5)
+    time.sleep(2)
+    yield address
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: dict | None = None):
+    """Run the real `skyrl` console script; return the CompletedProcess."""
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.run(
+        [str(BIN / "skyrl"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"skyrl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -1,0 +1,250 @@
+"""Typed configuration for a training run, validated once.
+
+Layers, later wins: the built-in defaults below, the environment's preset (`ENV_PRESETS`),
+a YAML file (`--config`), then `--set key=value` overrides and the CLI flags. Unknown keys
+are rejected; values are never rewritten after parsing. The resolved config is saved to
+the run directory as `config.yaml` and is all that `--resume` needs.
+
+This module imports only pydantic and yaml: the CLI loads it at start-up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
+
+
+class ModelConfig(_Section):
+    name: str = "smollm2-135m"
+    """A preset (`tiny`, `smollm2-135m`), a local Hugging Face folder, or an HF id."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights and compute dtype; float32 on a CPU."""
+
+
+class EnvConfig(_Section):
+    name: str = "sql"
+    """Environment name: a built-in (`sql`, `math`) or a plugin named in `environments`."""
+    tasks: str | None = None
+    """A JSONL task file to train on instead of the environment's bundled suite."""
+    train_split: str = "train"
+    """Split of the bundled suite (or of the task file, when its tasks carry `split`) to train on."""
+    max_turns: int = Field(5, ge=1)
+    """Model turns per episode before the environment truncates it."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments for the environment's constructor."""
+
+
+class RolloutConfig(_Section):
+    engine: Literal["hf", "vllm"] = "hf"
+    """Inference backend for rollouts: `hf` (transformers, runs anywhere) or `vllm`."""
+    batch_size: int = Field(4, ge=1)
+    """Tasks per training step (P)."""
+    group_size: int = Field(4, ge=1)
+    """Episodes per task (G); advantages are normalised within a group."""
+    max_new_tokens: int = Field(96, ge=1)
+    """Token budget of one model turn."""
+    max_total_tokens: int = Field(2048, ge=16)
+    """Token budget of a whole episode (prompt + all turns); past it the episode stops."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; the learner scales logits by the same value."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass (1.0 = off). The loss assumes the full distribution, so keep 1.0 for exact ratios."""
+    env_workers: int = Field(4, ge=1)
+    """Threads that step environments in parallel."""
+
+
+class AlgorithmConfig(_Section):
+    name: Literal["grpo"] = "grpo"
+    """Advantage estimator and loss family."""
+    clip_eps: float = Field(0.2, gt=0)
+    """PPO ratio clip: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
+    normalize_std: bool = True
+    """Divide group-centred rewards by the group's std (GRPO); off is Dr. GRPO's choice."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL penalty to the reference (initial) model; 0 skips loading it."""
+    epochs: int = Field(1, ge=1)
+    """Optimisation passes over each step's rollouts."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Sequences per forward/backward; gradients accumulate over the whole step."""
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-5, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    """Max global gradient norm."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear learning-rate warm-up, in optimizer steps."""
+
+
+class TrainerConfig(_Section):
+    schedule: Literal["sync"] = "sync"
+    """`sync`: generate, then train, then push weights."""
+    max_steps: int = Field(30, ge=1)
+    """Training steps (one step = batch_size × group_size episodes and one update)."""
+    seed: int = 0
+    """Seeds task order, sampling and initialisation; a run with the same seed repeats exactly."""
+    checkpoint_every: int = Field(5, ge=1)
+    """Steps between checkpoints (the last step is always saved)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Most recent checkpoints to keep on disk."""
+    threads: int = Field(0, ge=0)
+    """torch threads per process (0 = every core)."""
+
+
+class EvalConfig(_Section):
+    split: str = "dev"
+    """Split scored before and after training."""
+    limit: int = Field(60, ge=0)
+    """Tasks scored (0 = skip evaluation)."""
+    before: bool = True
+    """Score the initial model before training."""
+    after: bool = True
+    """Score the final model after training."""
+
+
+class TrackingConfig(_Section):
+    uri: str | None = None
+    """MLflow tracking URI; default: SQLite store `mlflow.db` inside the runs dir."""
+    experiment: str = "skyrl"
+    """MLflow experiment name."""
+    enabled: bool = True
+    """Log to MLflow at all."""
+
+
+class RayConfig(_Section):
+    address: str | None = None
+    """Join an existing cluster (`ray://...` or `host:port`); default: start a local one."""
+
+
+class RunConfig(_Section):
+    """Everything a training run needs; saved resolved to `runs/<id>/config.yaml`."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    environments: dict[str, str] = Field(default_factory=dict)
+    """User environments: name -> `module:Class` or `file.py:Class` (relative to the config file)."""
+    project_dir: str | None = None
+    """Folder plugins and relative paths resolve against (the config file's folder)."""
+
+
+# Per-environment defaults that make `skyrl train --env NAME` sensible with no other flag.
+# The SQL preset is sized for a 2-core CPU (about 20 minutes with smollm2-135m).
+ENV_PRESETS: dict[str, dict[str, Any]] = {
+    "sql": {
+        "env": {"max_turns": 2},
+        "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 64, "temperature": 1.0},
+        "optim": {"lr": 2e-5},
+        "trainer": {"max_steps": 30},
+        "eval": {"limit": 60},
+    },
+    "math": {
+        "env": {"max_turns": 1},
+        "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 32},
+        "optim": {"lr": 1e-5},
+        "trainer": {"max_steps": 20},
+        "eval": {"limit": 50},
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded as one sentence for the user."""
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_set(item: str) -> dict[str, Any]:
+    """`a.b.c=value` -> {"a": {"b": {"c": value}}}; the value is parsed as YAML (so 3, 1e-5, true work)."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set rollout.group_size=8")
+    key, _, raw = item.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {item!r} has an empty key; use dotted keys like algorithm.kl_coef")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    node: dict[str, Any] = {}
+    cur = node
+    parts = key.split(".")
+    for part in parts[:-1]:
+        cur[part] = {}
+        cur = cur[part]
+    cur[parts[-1]] = value
+    return node
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML ({e.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections (model:, env:, ...)")
+    return data
+
+
+def _explain(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        parent = first["loc"][:-1]
+        section: Any = RunConfig
+        for p in parent:
+            section = section.model_fields[str(p)].annotation
+        known = ", ".join(section.model_fields) if isinstance(section, type) else ""
+        return f"unknown config key {where!r}; accepted keys here: {known}"
+    value = first.get("input")
+    return f"bad value {value!r} for {where}: {first['msg'].lower()}"
+
+
+def build_config(
+    layers: list[dict[str, Any]], env_name: str | None = None
+) -> RunConfig:
+    """Merge layers over defaults and the env preset, then validate once."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = deep_merge(merged, layer)
+    env = env_name or merged.get("env", {}).get("name") or EnvConfig().name
+    preset = ENV_PRESETS.get(env, {})
+    merged = deep_merge(deep_merge(preset, merged), {"env": {"name": env}})
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ConfigError(_explain(e)) from None
+
+
+def save_config(cfg: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+
+
+def load_saved_config(path: Path) -> RunConfig:
+    try:
+        return RunConfig.model_validate(read_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {_explain(e)}") from None

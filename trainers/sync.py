@@ -1,0 +1,251 @@
+"""Synchronous GRPO: generate, score, update, push weights — one step at a time.
+
+    skyrl train --env sql                 # this recipe, embedded defaults
+    skyrl train --resume runs/<id>        # continue from the last checkpoint
+
+A step: take P tasks, run G episodes of each through the multi-turn agent loop, turn the
+rewards into group-relative advantages, do one clipped policy-gradient update on the
+learner, then send the new weights to the engine. Every step writes its metrics and
+rollouts to the run directory; every `checkpoint_every` steps a complete checkpoint.
+
+Everything random is a pure function of (seed, step, task, sample, turn), so a resumed
+run repeats exactly the steps an uninterrupted one would have taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.agent_loop import Budget, episode_seed, run_episodes
+from agents.chat import ChatFormat
+from agents.models import resolve_model
+from agents.trajectory import Trajectory
+from environments import registry
+from tasks.task import Task, load_tasks
+from trainers.algorithms import grpo_advantages
+from trainers.config import RunConfig
+from trainers.evaluate import evaluate, is_correct
+from trainers.learner import Sample
+from trainers.progress import StepProgress
+from trainers.rundir import RunDir, utc_now
+from trainers.tracking import MLflowTracker, NullTracker, Tracker, default_uri, flatten
+
+
+def load_split(cfg: RunConfig, split: str) -> list[Task]:
+    """Tasks of a split: from the user's task file (all of it if unsplit) or the bundled suite."""
+    spec = registry.resolve(cfg.env.name, cfg.environments)
+    if cfg.env.tasks:
+        path = Path(cfg.env.tasks)
+        if not path.is_absolute() and cfg.project_dir:
+            path = Path(cfg.project_dir) / path
+        tasks = load_tasks(path)
+        if any(t.split for t in tasks):
+            tasks = [t for t in tasks if t.split == split]
+        return tasks
+    return registry.bundled_tasks(spec, split)
+
+
+def batch_tasks(tasks: list[Task], seed: int, step: int, size: int) -> list[Task]:
+    """The step's P tasks: walk seeded per-epoch permutations (data position = step * P)."""
+    out = []
+    for i in range((step - 1) * size, step * size):
+        epoch, pos = divmod(i, len(tasks))
+        order = np.random.default_rng([seed, epoch]).permutation(len(tasks))
+        out.append(tasks[int(order[pos])])
+    return out
+
+
+def make_tracker(cfg: RunConfig, run: RunDir, run_id: str | None) -> Tracker:
+    if not cfg.tracking.enabled:
+        return NullTracker()
+    runs_dir = run.path.parent
+    uri = cfg.tracking.uri or default_uri(runs_dir)
+    return MLflowTracker(uri, cfg.tracking.experiment, run.path.name, runs_dir / "mlartifacts", run_id)
+
+
+def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
+    """Train; returns a summary (final step, eval before/after). Raises on fatal errors."""
+    import ray
+
+    from trainers.placement import place, start_ray
+
+    # --------------------------------------------------------------------- setup
+    threads = cfg.trainer.threads or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    spec = registry.resolve(cfg.env.name, cfg.environments)
+    project = Path(cfg.project_dir) if cfg.project_dir else None
+    make_env = partial(registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+    train_tasks = load_split(cfg, cfg.env.train_split)
+    if not train_tasks:
+        raise ValueError(f"no tasks in split {cfg.env.train_split!r} for env {cfg.env.name!r}")
+    eval_tasks = load_split(cfg, cfg.eval.split)[: cfg.eval.limit] if cfg.eval.limit else []
+    model_path = resolve_model(cfg.model.name)
+    progress = StepProgress(cfg.trainer.max_steps, 0)
+    progress.note(f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}")
+    start_ray(cfg.ray.address)
+    learner, engine = place(cfg, model_path)
+    from transformers import AutoTokenizer
+
+    chat = ChatFormat(AutoTokenizer.from_pretrained(str(model_path)))
+    budget = Budget(cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens)
+    pool = ThreadPoolExecutor(cfg.rollout.env_workers, thread_name_prefix="skyrl-env")
+    r = cfg.rollout
+
+    def sample(reqs: list[Any]) -> list[Any]:
+        return ray.get(engine.generate.remote(reqs, r.temperature, r.top_p))
+
+    def greedy(reqs: list[Any]) -> list[Any]:
+        return ray.get(engine.generate.remote(reqs, 0.0, 1.0))
+
+    # ------------------------------------------------------------- resume state
+    step, version, tracker_run_id = 0, 0, None
+    if resume and (ckpt := run.latest_checkpoint()):
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        step, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
+        ray.get([learner.load.remote(str(ckpt)), engine.load.remote(str(ckpt / "model"), version)])
+        rng = torch.load(ckpt / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        progress.note(f"resumed from {ckpt.name} (step {step})")
+    elif resume:
+        tracker_run_id = run.read_status().get("tracker_run_id")
+        progress.note("no checkpoint yet: starting from step 0")
+    run.truncate_after(step)
+    tracker = make_tracker(cfg, run, tracker_run_id)
+    tracker.log_params(flatten(cfg.model_dump(mode="json")))
+    run.set_status(state="running", step=step, max_steps=cfg.trainer.max_steps, tracker_run_id=tracker.run_id,
+                   env=cfg.env.name, model=cfg.model.name, error=None, started=run.status.get("started", utc_now()))
+    summary: dict[str, Any] = {"run_dir": str(run.path)}
+
+    def run_eval(name: str, at_step: int) -> dict[str, Any]:
+        progress.note(f"evaluating on {len(eval_tasks)} {cfg.eval.split} tasks (greedy)...")
+        report, trajs = evaluate(greedy, make_env, chat, eval_tasks, budget, pool, cfg.trainer.seed)
+        report.update(name=name, step=at_step, split=cfg.eval.split)
+        run.write_eval(name, report)
+        (run.path / "eval" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(t.to_record(at_step)) + "\n" for t in trajs), encoding="utf-8"
+        )
+        tracker.log_metrics({f"eval/{cfg.eval.split}/accuracy": report["accuracy"]}, at_step)
+        progress.note(f"{cfg.eval.split} accuracy at step {at_step}: {report['accuracy']:.1%} ({report['n']} tasks)")
+        return report
+
+    if eval_tasks and cfg.eval.before:
+        before = run.path / "eval" / "before.json"
+        summary["eval_before"] = json.loads(before.read_text()) if before.exists() else run_eval("before", 0)
+
+    # ---------------------------------------------------------------- the loop
+    progress = StepProgress(cfg.trainer.max_steps, step, progress.console)
+    step_times: list[float] = []
+    for step in range(step + 1, cfg.trainer.max_steps + 1):
+        t_step = time.perf_counter()
+        # 1. rollouts: G episodes for each of P tasks
+        tasks_P = batch_tasks(train_tasks, cfg.trainer.seed, step, r.batch_size)
+        flat = [t for t in tasks_P for _ in range(r.group_size)]
+        groups = [p for p in range(len(tasks_P)) for _ in range(r.group_size)]
+        seeds = [episode_seed(cfg.trainer.seed, step, p, g) for p in range(len(tasks_P)) for g in range(r.group_size)]
+        trajs = run_episodes(sample, make_env, chat, flat, groups, seeds, budget, pool)
+        t_gen = time.perf_counter() - t_step
+
+        # 2. advantages: group-relative; failed episodes are dropped and do not enter the baseline
+        rewards_P_G = torch.tensor([t.reward for t in trajs]).view(len(tasks_P), r.group_size)
+        ok_P_G = torch.tensor([t.error is None for t in trajs]).view(len(tasks_P), r.group_size)
+        adv_P_G = grpo_advantages(rewards_P_G, cfg.algorithm.normalize_std)
+        batch = [
+            Sample(t.token_ids, t.loss_mask, float(a))
+            for t, a, ok in zip(trajs, adv_P_G.flatten(), ok_P_G.flatten(), strict=True)
+            if ok and t.response_len > 0
+        ]
+
+        # 3. update, then push the new weights to the engine
+        t0 = time.perf_counter()
+        learn = ray.get(learner.train_step.remote(batch)) if batch else {}
+        t_train = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        version += 1
+        ray.get(engine.update_weights.remote(learner.state_dict.remote(), version))
+        t_sync = time.perf_counter() - t0
+
+        # 4. record
+        metrics = step_metrics(trajs, rewards_P_G, learn)
+        t_all = time.perf_counter() - t_step
+        step_times.append(t_all)
+        metrics.update({
+            "time/generate": t_gen, "time/train": t_train, "time/sync": t_sync, "time/step": t_all,
+            "perf/episodes_per_s": len(trajs) / t_all,
+            "perf/tokens_per_s": sum(t.response_len for t in trajs) / max(t_gen, 1e-9),
+            "policy_version": version,
+        })
+        run.write_rollouts(step, [t.to_record(step) for t in trajs])
+        run.append_metrics({"step": step, "time": time.time(), **metrics})
+        tracker.log_metrics(metrics, step)
+        run.set_status(step=step, last_reward=metrics["reward/mean"])
+        eta = (cfg.trainer.max_steps - step) * sum(step_times[-5:]) / len(step_times[-5:])
+        progress.step(step, metrics, eta)
+
+        # 5. checkpoint: written to a temp dir, then renamed — complete or absent
+        if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
+            save_checkpoint(run, learner, step, version, r.batch_size, tracker.run_id, cfg.trainer.keep_checkpoints)
+    progress.close()
+
+    # ------------------------------------------------------------------ finish
+    if eval_tasks and cfg.eval.after:
+        summary["eval_after"] = run_eval("after", cfg.trainer.max_steps)
+    final = run.latest_checkpoint()
+    if final is not None:
+        tracker.log_artifacts(final / "model", "model")
+    run.set_status(state="finished", step=cfg.trainer.max_steps, finished=utc_now())
+    tracker.close("FINISHED")
+    pool.shutdown()
+    summary["final_checkpoint"] = str(final) if final else None
+    return summary
+
+
+def step_metrics(trajs: list[Trajectory], rewards_P_G: torch.Tensor, learn: dict[str, float]) -> dict[str, float]:
+    """Per-step numbers for metrics.jsonl (names documented in docs/run-format.md)."""
+    lens = [t.response_len for t in trajs] or [0]
+    zero_var = (rewards_P_G.max(dim=1).values == rewards_P_G.min(dim=1).values).float().mean()
+    out = {
+        "reward/mean": float(rewards_P_G.mean()),
+        "reward/std": float(rewards_P_G.std()) if rewards_P_G.numel() > 1 else 0.0,
+        "reward/min": float(rewards_P_G.min()),
+        "reward/max": float(rewards_P_G.max()),
+        "reward/accuracy": sum(map(is_correct, trajs)) / len(trajs),
+        "response_len/mean": sum(lens) / len(lens),
+        "response_len/max": float(max(lens)),
+        "turns/mean": sum(t.num_turns for t in trajs) / len(trajs),
+        "episodes": float(len(trajs)),
+        "episodes/failed": float(sum(t.error is not None for t in trajs)),
+        "groups/zero_variance": float(zero_var),
+    }
+    out.update({k: float(v) for k, v in learn.items()})
+    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "grad_norm", "lr"):
+        out.setdefault(key, 0.0)
+    return out
+
+
+def save_checkpoint(
+    run: RunDir, learner: Any, step: int, version: int, batch_size: int, tracker_run_id: str | None, keep: int
+) -> Path:
+    import ray
+
+    tmp = run.checkpoint_tmp(step)
+    ray.get(learner.save.remote(str(tmp)))
+    torch.save(
+        {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}, tmp / "rng.pt"
+    )
+    state = {
+        "step": step, "version": version, "data_position": step * batch_size,
+        "tracker_run_id": tracker_run_id, "saved": utc_now(),
+    }
+    return run.commit_checkpoint(tmp, step, state, keep)

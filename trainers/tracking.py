@@ -1,0 +1,101 @@
+"""Experiment trackers. The loop always has one, so it never asks "is logging on?".
+
+`MLflowTracker` logs to a local SQLite-backed store inside the runs dir by default
+(`sqlite:///<runs>/mlflow.db`, artifacts in `<runs>/mlartifacts`), or to any tracking URI.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Tracker(Protocol):
+    run_id: str | None
+
+    def log_params(self, params: dict[str, Any]) -> None: ...
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None: ...
+    def close(self, status: str) -> None: ...
+
+
+class NullTracker:
+    """Does nothing; used when tracking is disabled."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
+        pass
+
+    def close(self, status: str) -> None:
+        pass
+
+
+def default_uri(runs_dir: Path) -> str:
+    return f"sqlite:///{(runs_dir / 'mlflow.db').resolve()}"
+
+
+class MLflowTracker:
+    """Logs params, per-step metrics and artifacts to one MLflow run (resumed by id)."""
+
+    def __init__(self, uri: str, experiment: str, run_name: str, artifacts_dir: Path, run_id: str | None) -> None:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        os.environ.setdefault("DO_NOT_TRACK", "true")
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            location = artifacts_dir.resolve().as_uri() if uri.startswith("sqlite:") else None
+            exp_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            exp_id = exp.experiment_id
+        if run_id is None:
+            run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
+        else:
+            self.client.update_run(run_id, status="RUNNING")
+        self.run_id = run_id
+        self._mlflow = mlflow
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:500]) for k, v in params.items()]
+        existing = self.client.get_run(self.run_id).data.params
+        new = [p for p in items if p.key not in existing]
+        for i in range(0, len(new), 100):
+            self.client.log_batch(self.run_id, params=new[i : i + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        ts = int(time.time() * 1000)
+        items = [Metric(k.replace("@", "_at_"), float(v), ts, step) for k, v in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=items)
+
+    def log_artifacts(self, local_dir: Path, artifact_path: str) -> None:
+        self.client.log_artifacts(self.run_id, str(local_dir), artifact_path)
+
+    def close(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
