@@ -1,0 +1,170 @@
+"""The bundled SQL suite: seeded SQLite databases and English questions with gold SQL.
+
+Everything is generated here from word lists and a fixed seed (no download), so every
+machine builds byte-identical databases and the same questions:
+
+    from tasks.sql import load_suite, schema_text
+    task = load_suite("dev")[0]        # id, prompt (the question), answer (gold SQL)
+    schema_text(task.metadata["database"])   # the compact schema a prompt shows the model
+
+Databases are built on first use into `<cache>/sql/v1/`. `hospital` is held out in `dev`
+and `music` in `test` (train never sees them); the other databases split their questions
+80/10/10 train/dev/test, difficulty by difficulty.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+from tasks.cache import cache_dir
+from tasks.sql import airline, bookshop, hospital, music, university
+from tasks.sql.questions import DIFFICULTIES, assign_splits, entity_templates, generate
+from tasks.task import Task
+
+VERSION = "v1"
+"""Bump when the generator changes, so old caches are not mistaken for new ones."""
+
+_DOMAINS: dict[str, ModuleType] = {
+    "bookshop": bookshop,
+    "university": university,
+    "airline": airline,
+    "hospital": hospital,
+    "music": music,
+}
+DATABASES: tuple[str, ...] = tuple(_DOMAINS)
+SPLITS = ("train", "dev", "test")
+
+# database -> (split role, questions per difficulty). Dev gets ~80 questions in all, a
+# held-out database included, with a large share of easy ones (it measures before/after).
+_PLAN: dict[str, tuple[str, dict[str, int]]] = {
+    "bookshop": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
+    "university": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
+    "airline": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
+    "hospital": ("dev", {"easy": 22, "medium": 14, "hard": 8}),
+    "music": ("test", {"easy": 35, "medium": 28, "hard": 17}),
+}
+
+_suite: list[Task] | None = None
+
+
+def database_path(name: str) -> Path:
+    """Path of a bundled database (built on first use), or `name` itself if it is a file."""
+    if name in _DOMAINS:
+        folder = cache_dir() / "sql" / VERSION
+        path = folder / f"{name}.sqlite"
+        if not path.exists():
+            build_all(folder)
+        return path
+    if Path(name).is_file():
+        return Path(name)
+    raise ValueError(f"unknown database '{name}'; known: {', '.join(DATABASES)}")
+
+
+def build_all(folder: Path) -> None:
+    """Build every bundled database into folder, atomically per file.
+
+    Each file is written in a private temp dir and moved in with os.replace, so a reader
+    sees a complete database or none, and two processes racing write identical bytes.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
+    try:
+        for name in DATABASES:
+            build_database(name, tmp / f"{name}.sqlite")
+        for name in DATABASES:
+            os.replace(tmp / f"{name}.sqlite", folder / f"{name}.sqlite")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_database(name: str, path: Path) -> None:
+    """Create one bundled database at path from its schema and seeded rows."""
+    domain = _DOMAINS[name]
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")  # the seeded rows must respect them
+        conn.executescript(domain.SCHEMA)
+        rows = domain.build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
+        for table, table_rows in rows.items():
+            marks = ", ".join("?" * len(table_rows[0]))
+            conn.executemany(f"INSERT INTO {table} VALUES ({marks})", table_rows)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def schema_text(name_or_path: str) -> str:
+    """Compact schema for prompts: one `table(col TYPE, ...)` line per table, then one
+    `table.col -> other.col` line per foreign key."""
+    uri = f"{database_path(name_or_path).resolve().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+            )
+        ]
+        lines, links = [], []
+        for table in tables:
+            columns = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
+            cols = [f"{c[1]} {c[2]}".strip() + (" PRIMARY KEY" if c[5] else "") for c in columns]
+            lines.append(f"{table}({', '.join(cols)})")
+            order = {c[1]: c[0] for c in columns}
+            fks = conn.execute(f'PRAGMA foreign_key_list("{table}")').fetchall()
+            for fk in sorted(fks, key=lambda fk: order.get(fk[3], 0)):
+                parent, child_col, parent_col = fk[2], fk[3], fk[4]
+                if parent_col is None:  # REFERENCES parent: its primary key
+                    pks = conn.execute(f'PRAGMA table_info("{parent}")').fetchall()
+                    parent_col = next((c[1] for c in pks if c[5]), "rowid")
+                links.append(f"{table}.{child_col} -> {parent}.{parent_col}")
+        return "\n".join(lines + links)
+    finally:
+        conn.close()
+
+
+def load_suite(split: str | None = None) -> list[Task]:
+    """The bundled questions of one split (`train`, `dev`, `test`), or all for None."""
+    if split is not None and split not in SPLITS:
+        raise ValueError(
+            f"unknown split '{split}'; accepted: {', '.join(SPLITS)} (or None for all)"
+        )
+    global _suite
+    if _suite is None:
+        _suite = [task for name in DATABASES for task in _database_tasks(name)]
+    return [t for t in _suite if split is None or t.split == split]
+
+
+def _database_tasks(name: str) -> list[Task]:
+    domain = _DOMAINS[name]
+    role, quotas = _PLAN[name]
+    shared = [t for e in domain.ENTITIES for t in entity_templates(e)]
+    uri = f"{database_path(name).resolve().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        seed = f"skyrl-sql-{VERSION}-{name}-questions"
+        filled = generate(conn, shared, list(domain.TEMPLATES), quotas, seed)
+    finally:
+        conn.close()
+    splits: list[str] = []
+    for difficulty in DIFFICULTIES:
+        n = sum(1 for f in filled if f[0] == difficulty)
+        splits += assign_splits(n, role, seed=f"skyrl-sql-{VERSION}-{name}-{difficulty}")
+    return [
+        Task(
+            id=f"sql-{name}-{i:04d}",
+            env="sql",
+            prompt=question,
+            answer=sql,
+            split=split,
+            metadata={"database": name, "difficulty": difficulty},
+        )
+        for i, ((difficulty, question, sql), split) in enumerate(zip(filled, splits, strict=True))
+    ]
