@@ -89,7 +89,9 @@ def resolve(name: str, declared: dict[str, str] | None = None) -> EnvSpec:
 def load_class(entry: str, base_dir: Path | None = None) -> type[gym.Env]:
     """Import `module:Class` or `path/to/file.py:Class` (relative to base_dir)."""
     if ":" not in entry:
-        raise ValueError(f"environment entry {entry!r} must look like 'module:Class' or 'file.py:Class'")
+        raise ValueError(
+            f"environment entry {entry!r} must look like 'module:Class' or 'file.py:Class'"
+        )
     module_name, _, class_name = entry.rpartition(":")
     if module_name.endswith(".py"):
         path = Path(module_name)

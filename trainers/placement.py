@@ -13,6 +13,15 @@ from typing import Any
 from trainers.config import RunConfig
 
 
+# Workers inherit these (also on a cluster we join): no progress bars or banners in the log.
+QUIET_ENV = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+}
+
+
 def start_ray(address: str | None) -> None:
     """Join `address`, or start a private local cluster: loopback only, no dashboard."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -21,7 +30,12 @@ def start_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    quiet = {"log_to_driver": True, "logging_level": "WARNING", "configure_logging": True}
+    quiet = {
+        "log_to_driver": True,
+        "logging_level": "WARNING",
+        "configure_logging": True,
+        "runtime_env": {"env_vars": QUIET_ENV},
+    }
     if address:
         ray.init(address=address, **quiet)
     else:

@@ -112,7 +112,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     if resume and (ckpt := run.latest_checkpoint()):
         state = json.loads((ckpt / "trainer_state.json").read_text())
         step, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
-        ray.get([learner.load.remote(str(ckpt)), engine.load.remote(str(ckpt / "model"), version)])
+        ray.get([learner.load.remote(str(ckpt.resolve())), engine.load.remote(str(ckpt.resolve() / "model"), version)])
         rng = torch.load(ckpt / "rng.pt", weights_only=False)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
@@ -240,7 +240,7 @@ def save_checkpoint(
     import ray
 
     tmp = run.checkpoint_tmp(step)
-    ray.get(learner.save.remote(str(tmp)))
+    ray.get(learner.save.remote(str(tmp.resolve())))  # actors may run in another cwd
     torch.save(
         {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}, tmp / "rng.pt"
     )

@@ -48,7 +48,12 @@ class MLflowTracker:
     def __init__(self, uri: str, experiment: str, run_name: str, artifacts_dir: Path, run_id: str | None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("DO_NOT_TRACK", "true")
+        import logging
+
         import mlflow
+
+        for name in ("mlflow", "alembic"):  # table creation chatter on a new store
+            logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)

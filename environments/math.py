@@ -1,0 +1,158 @@
+"""`skyrl/Math-v0`: answer an arithmetic or word problem with `<answer>NUMBER</answer>`.
+
+Tag rule (as in the SQL environment): the first `<answer>` in the text counts; it must be
+closed by `</answer>`, non-empty and hold no other tag. Reward 1.0 when the answer is
+numerically equal to the gold number (`numeric_match`), else 0.0; either way the episode
+terminates. A reply without a well-formed tag gets an error observation while turns are
+left; on the last turn it ends the episode with reward `-format_penalty`.
+
+That last case is `terminated`, not `truncated`: with the default single turn, the reply
+is the answer attempt itself (there is no later state to bootstrap a value from), and
+Gymnasium's `check_env` rejects an environment that truncates after one step.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+import gymnasium as gym
+
+from environments.spaces import TextSpace
+from tasks.task import Task
+
+MAX_ACTION_CHARS = 100_000
+MAX_OBSERVATION_CHARS = 100_000
+TOLERANCE = 1e-6
+"""Absolute and relative tolerance of `numeric_match`."""
+FORMAT_HINT = "Answer with <answer>NUMBER</answer>."
+
+_ANY_TAG = re.compile(r"</?answer>")
+# the exponent is capped at 3 digits: Fraction("1e999999999") would build a huge integer
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_FRACTION = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """An exact number from '42', '-3.5', '1,000', '3/4', '1e3', '$7', '12.'; else None."""
+    s = text.strip().replace("\u2212", "-")  # a typographic minus
+    if len(s) > 100:
+        return None
+    s = s.removeprefix("$").strip()
+    if s.endswith("."):
+        s = s[:-1]
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    fraction = _FRACTION.fullmatch(s)
+    if fraction:
+        den = int(fraction.group(2))
+        return Fraction(int(fraction.group(1)), den) if den else None
+    return Fraction(s) if _DECIMAL.fullmatch(s) else None
+
+
+def numeric_match(pred: str, gold: Any) -> bool:
+    """True when `pred` parses to a number within 1e-6 (absolute or relative) of `gold`."""
+    p = parse_number(pred) if isinstance(pred, str) else None
+    if isinstance(gold, bool) or p is None:
+        return False
+    if isinstance(gold, str):
+        g = parse_number(gold)
+    elif isinstance(gold, int | Fraction) or (isinstance(gold, float) and math.isfinite(gold)):
+        g = Fraction(gold)
+    else:
+        g = None
+    if g is None:
+        return False
+    diff = abs(p - g)
+    return diff <= TOLERANCE or diff <= TOLERANCE * abs(g)
+
+
+def parse_answer(text: str) -> str:
+    """The body of the first `<answer>` tag; ValueError (the observation's text) if malformed."""
+    start = text.find("<answer>")
+    if start < 0:
+        raise ValueError("no <answer> tag found")
+    start += len("<answer>")
+    end = text.find("</answer>", start)
+    if end < 0:
+        raise ValueError("<answer> is not closed with </answer>")
+    body = text[start:end]
+    if _ANY_TAG.search(body):
+        raise ValueError("<answer> contains another tag; tags cannot be nested")
+    if not body.strip():
+        raise ValueError("<answer></answer> is empty")
+    return body.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def _train_suite() -> list[Task]:
+    from tasks.math import load_suite
+
+    return load_suite("train")
+
+
+class MathEnv(gym.Env):
+    """One question, one number: `<answer>NUMBER</answer>` ends the episode."""
+
+    metadata = {"render_modes": []}
+    stop_strings = ("</answer>",)
+
+    def __init__(self, max_turns: int = 1, format_penalty: float = 0.1, **kwargs: Any) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.format_penalty = format_penalty
+        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
+        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self._task: Task | None = None
+        self._turns_left = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            suite = _train_suite()
+            task = suite[int(self.np_random.integers(len(suite)))]
+        self._task, self._turns_left = task, self.max_turns
+        question = task.prompt if isinstance(task.prompt, str) else task.prompt[-1]["content"]
+        observation = f"{question}\n{FORMAT_HINT}"[:MAX_OBSERVATION_CHARS]
+        return observation, {"turns_left": self._turns_left, "error": None, "task_id": task.id}
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            error = "the episode is over; call reset() to start a new one"
+            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
+        self._turns_left -= 1
+        if isinstance(action, bytes | bytearray):
+            action = bytes(action).decode("utf-8", "replace")
+        try:
+            if not isinstance(action, str):
+                raise ValueError(f"the action must be text, not {type(action).__name__}")
+            if len(action) > MAX_ACTION_CHARS:
+                raise ValueError(
+                    f"the action is {len(action)} characters; the limit is {MAX_ACTION_CHARS}"
+                )
+            answer = parse_answer(action)
+        except ValueError as e:
+            return self._format_error(str(e))
+        correct = numeric_match(answer, self._task.answer)
+        self._task = None
+        info = {"turns_left": self._turns_left, "error": None, "correct": correct}
+        return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
+
+    def _format_error(self, error: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        left = self._turns_left
+        if left > 0:
+            observation = f"Error: {error}. {FORMAT_HINT}\nTurns left: {left}"
+            return observation, 0.0, False, False, {"turns_left": left, "error": error}
+        self._task = None
+        observation = f"Error: {error}. No turns left."
+        info = {"turns_left": 0, "error": error, "correct": False}
+        return observation, -float(self.format_penalty), True, False, info

@@ -1,0 +1,591 @@
+"""`skyrl/SQL-v0`: answer a question about a SQLite database with one SELECT query.
+
+Action grammar (the model's text; `stop_strings` end generation at a closing tag):
+
+    <sql>SELECT ...</sql>            run a read-only query; the observation is the result table
+    <solution>SELECT ...</solution>  submit the answer; ends the episode and grades it
+
+Tag rule: the FIRST opening `<sql>` or `<solution>` in the text is the action; text before
+it (reasoning) and after its closing tag is ignored. The first tag is what the agent meant
+when it stopped at the closing tag's stop string. An opening tag with no closing tag (the
+model ran out of tokens), a tag inside the body (nested or mismatched tags) or an empty body
+is malformed: an error observation, reward 0, and the turn is spent.
+
+Rewards: `<solution>` gives 1.0 when its result matches the gold query's result under the
+Spider test-suite rule (`execution_match`), else 0.0 (a query that fails to run scores 0.0
+too). Exploring and malformed turns give 0.0. Running out of turns without a `<solution>`
+truncates the episode with reward `-format_penalty`.
+
+Read-only, three levels deep: the connection is opened `mode=ro` (plus `query_only`);
+`check_read_only` accepts exactly one SELECT-shaped statement (parsed by sqlglot); and an
+sqlite authorizer denies everything but reads and ordinary functions (no ATTACH, PRAGMA,
+writes or `load_extension`; `VACUUM INTO`, which `mode=ro` alone lets through, needs
+ATTACH). A progress handler stops any query after `time_limit_s` of wall time; the few
+builtins that can loop inside one C call, out of its reach (printf, trim, replace, long
+LIKE patterns), are guarded. At most `max_rows + 1` rows are fetched, and every failure is
+an observation, never an exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import sqlglot
+from sqlglot import exp
+
+from environments.spaces import TextSpace
+from tasks.task import Task
+
+# sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
+# a policy in training writes thousands of those, and we already reject them with a message.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+MAX_ACTION_CHARS = 100_000
+"""Longer actions are rejected unread (an LLM turn is a few thousand tokens at most)."""
+MAX_QUERY_CHARS = 10_000
+"""Longer queries are refused before parsing (sqlglot needs ~0.5 s for 90 kB of SQL)."""
+MAX_OBSERVATION_CHARS = 1_000_000
+"""Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
+GRADE_MAX_ROWS = 100_000
+"""A gold or submitted result larger than this cannot be graded."""
+MAX_COLUMN_PERMUTATIONS = 10_000
+"""Column orders of the prediction tried against the gold result before giving up."""
+GOLD_TIME_FACTOR = 10
+"""The gold query gets this many times the per-query time limit."""
+MAX_CELL_CHARS = 80
+GRAMMAR = "Use <sql>SELECT ...</sql> to run a query or <solution>SELECT ...</solution> to answer."
+
+_ANY_TAG = re.compile(r"</?(?:sql|solution)>")
+_OPEN_TAG = re.compile(r"<(sql|solution)>")
+_SET_OPERATION = getattr(exp, "SetOperation", exp.Union)
+# fmt: off
+_FORBIDDEN_NODES = tuple(getattr(exp, name) for name in [
+    "DDL", "DML", "Command", "Pragma", "Attach", "Detach", "Transaction", "Commit", "Rollback",
+    "Alter", "Drop", "Create", "Insert", "Update", "Delete", "Merge", "Set", "Use", "Analyze",
+] if hasattr(exp, name))
+# fmt: on
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+_ALLOWED_ACTIONS.add(getattr(sqlite3, "SQLITE_RECURSIVE", 33))
+_DENIED_FUNCTIONS = {"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit"}
+
+
+class ActionError(ValueError):
+    """The action text does not follow the grammar."""
+
+
+class QueryError(ValueError):
+    """A query was refused, failed, or ran out of time; the message is shown to the agent."""
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def parse_action(text: str) -> tuple[str, str]:
+    """Return (tag, body) of the first `<sql>` / `<solution>` tag; ActionError if malformed."""
+    opening = _OPEN_TAG.search(text)
+    if opening is None:
+        raise ActionError("no <sql> or <solution> tag found")
+    tag = opening.group(1)
+    end = text.find(f"</{tag}>", opening.end())
+    if end < 0:
+        raise ActionError(f"<{tag}> is not closed with </{tag}>")
+    body = text[opening.end() : end]
+    if _ANY_TAG.search(body):
+        raise ActionError(f"<{tag}> contains another tag; tags cannot be nested")
+    if not body.strip():
+        raise ActionError(f"<{tag}></{tag}> is empty")
+    return tag, body.strip()
+
+
+def check_read_only(sql: str) -> None:
+    """Level 2: exactly one SELECT (or WITH ... SELECT, set operation, VALUES) statement.
+
+    Text sqlglot cannot parse goes on to sqlite, whose syntax error is the clearer message;
+    levels 1 and 3 still hold for it.
+    """
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None]
+    except Exception:  # sqlglot.ParseError, TokenError, RecursionError on deep nesting
+        return
+    if not trees:
+        raise QueryError("the query is empty")
+    if len(trees) > 1:
+        raise QueryError("only one statement per query is allowed")
+    tree = trees[0]
+    if not isinstance(tree, exp.Select | _SET_OPERATION | exp.Subquery | exp.Values):
+        kind = str(tree.this).split()[0] if isinstance(tree, exp.Command) else tree.key
+        raise QueryError(f"only SELECT queries are allowed, not {kind.upper()}")
+    for node in tree.walk():
+        if isinstance(node, _FORBIDDEN_NODES):
+            raise QueryError(f"only SELECT queries are allowed; {node.key.upper()} is not")
+
+
+def gold_order_matters(sql: str) -> bool:
+    """True when the gold query has a top-level ORDER BY (then row order is graded)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:
+        return "order by" in " ".join(sql.lower().split())
+    return tree is not None and tree.args.get("order") is not None
+
+
+# ---------------------------------------------------------------------------- grading
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6) + 0.0  # + 0.0 folds -0.0 into 0.0
+    return value
+
+
+def execution_match(
+    gold_rows: Sequence[Sequence[Any]], pred_rows: Sequence[Sequence[Any]], order_matters: bool
+) -> bool:
+    """The Spider test-suite rule: same rows as multisets (as lists when `order_matters`),
+    columns matched up to a permutation of the predicted ones, floats rounded to 6 digits."""
+    gold = [tuple(_normalise(v) for v in row) for row in gold_rows]
+    pred = [tuple(_normalise(v) for v in row) for row in pred_rows]
+    if len(gold) != len(pred):
+        return False
+    if not gold:
+        return True
+    width = len(gold[0])
+    if any(len(row) != width for row in gold + pred):
+        return False
+    for perm in _column_permutations(gold, pred, width, order_matters):
+        permuted = [tuple(row[i] for i in perm) for row in pred]
+        if permuted == gold if order_matters else Counter(permuted) == Counter(gold):
+            return True
+    return False
+
+
+def _column_permutations(
+    gold: list[tuple], pred: list[tuple], width: int, order_matters: bool
+) -> Iterator[tuple[int, ...]]:
+    """Bijections gold column -> predicted column whose values agree column by column.
+
+    A predicted column can stand for a gold column only if it holds the same values (the
+    same list when order matters, else the same multiset); this prunes almost every case to
+    one candidate. The search stops after MAX_COLUMN_PERMUTATIONS orders.
+    """
+
+    def column(rows: list[tuple], i: int) -> Any:
+        values = [row[i] for row in rows]
+        return values if order_matters else Counter(values)
+
+    gold_cols = [column(gold, i) for i in range(width)]
+    pred_cols = [column(pred, i) for i in range(width)]
+    candidates = [[k for k in range(width) if pred_cols[k] == g] for g in gold_cols]
+    tried = 0
+
+    def extend(prefix: list[int]) -> Iterator[tuple[int, ...]]:
+        nonlocal tried
+        if tried >= MAX_COLUMN_PERMUTATIONS:
+            return
+        if len(prefix) == width:
+            tried += 1
+            yield tuple(prefix)
+            return
+        for k in candidates[len(prefix)]:
+            if k not in prefix:
+                yield from extend([*prefix, k])
+
+    yield from extend([])
+
+
+# ---------------------------------------------------------------------------- sqlite
+
+
+def _authorize(
+    action: int, arg1: str | None, arg2: str | None, db: str | None, src: str | None
+) -> int:
+    """Level 3: reads, selects and ordinary functions only."""
+    if action not in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+_PRINTF_WIDTH = re.compile(r"%[-+ 0#,!]*(\*|\d+)?(?:\.(\*|\d*))?")
+MAX_PRINTF_WIDTH = 1000
+MAX_SCAN_COST = 20_000_000
+"""Largest len(text) * len(characters or pattern) one trim/replace call may scan."""
+MAX_VALUE_BYTES = 1_000_000
+"""sqlite's limit on any string or blob (default 1 GB: `zeroblob(1e9)` would just allocate)."""
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that remembers why a guarded function refused its arguments."""
+
+    refusal = ""
+
+
+def _length(value: Any) -> int:
+    return 0 if value is None else len(value) if isinstance(value, str | bytes) else len(str(value))
+
+
+def _install_guards(conn: _Connection) -> None:
+    """Checked versions of the builtins that can run for minutes inside one C call.
+
+    Neither the progress handler nor sqlite3_interrupt reaches into a function call:
+    `printf('%.*c', 2000000000, 'x')` loops for half a minute (sqlite 3.40) and
+    `ltrim(x, y)` scans len(x) * len(y) (two 10 kB strings: ~1 s). Each replacement checks
+    its arguments, then runs the real builtin on a private in-memory database.
+    """
+    helper = sqlite3.connect(":memory:", check_same_thread=False)
+    helper.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+
+    def refuse(message: str) -> None:
+        conn.refusal = message
+        raise ValueError(message)
+
+    def check_printf(fmt: Any = None, *args: Any) -> None:
+        text = fmt.decode("utf-8", "replace") if isinstance(fmt, bytes) else str(fmt)
+        for width, precision in _PRINTF_WIDTH.findall(text):
+            if (
+                "*" in (width, precision)
+                or max(int(width or 0), int(precision or 0)) > MAX_PRINTF_WIDTH
+            ):
+                refuse(f"printf: '*' and widths above {MAX_PRINTF_WIDTH} are not allowed here")
+
+    def check_scan(text: Any = None, chars: Any = " ", *rest: Any) -> None:
+        if _length(text) * _length(chars) > MAX_SCAN_COST:
+            refuse("trim/replace: the text and pattern are too long together")
+
+    def guarded(name: str, check: Any) -> Any:
+        def call(*args: Any) -> Any:
+            check(*args)
+            try:
+                marks = ", ".join("?" * len(args))
+                return helper.execute(f"SELECT {name}({marks})", args).fetchone()[0]
+            except sqlite3.Error as e:
+                refuse(str(e))
+
+        return call
+
+    for name in ("printf", "format"):
+        conn.create_function(name, -1, guarded(name, check_printf), deterministic=True)
+    for name in ("trim", "ltrim", "rtrim", "replace"):
+        conn.create_function(name, -1, guarded(name, check_scan), deterministic=True)
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """Level 1 (`mode=ro`, `query_only`) and level 3 (the authorizer), plus size limits."""
+    # check_same_thread=False: async rollouts may step one env from several pool threads
+    # (never at once); the env owns its connection.
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro",
+        uri=True,
+        check_same_thread=False,
+        isolation_level=None,
+        factory=_Connection,
+    )
+    conn.execute("PRAGMA query_only = ON")
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")  # a bad byte is not a crash
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_QUERY_CHARS)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 200)  # LIKE scans text x pattern
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    _install_guards(conn)
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+def run_query(
+    conn: sqlite3.Connection, sql: str, max_rows: int, time_limit_s: float
+) -> tuple[list[str], list[tuple], bool]:
+    """Run one read-only query: (column names, at most max_rows rows, whether more exist)."""
+    if len(sql) > MAX_QUERY_CHARS:
+        raise QueryError(f"the query is {len(sql)} characters; the limit is {MAX_QUERY_CHARS}")
+    check_read_only(sql)
+    deadline = time.monotonic() + time_limit_s
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+    cursor = None
+    try:
+        cursor = conn.execute(sql)
+        rows = cursor.fetchmany(max_rows + 1)
+        columns = [d[0] for d in cursor.description or ()]
+    except (sqlite3.Error, ValueError, OverflowError, MemoryError) as e:
+        if time.monotonic() > deadline:
+            raise QueryError(
+                f"the query was stopped at the {time_limit_s:g} s time limit"
+            ) from None
+        if "user-defined function raised exception" in str(e):  # only the guards are ours
+            raise QueryError(getattr(conn, "refusal", "") or str(e)) from None
+        if "not authorized" in str(e) or "authorization denied" in str(e):
+            raise QueryError("not allowed: the database is read-only (SELECT only)") from None
+        raise QueryError(f"sqlite error: {e}") from None
+    finally:
+        if cursor is not None:
+            cursor.close()
+        conn.set_progress_handler(None, 0)
+    return columns, rows[:max_rows], len(rows) > max_rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        return f"<blob {len(value)} bytes>"
+    text = repr(round(value, 6)) if isinstance(value, float) else str(value)
+    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
+    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 3] + "..."
+
+
+def format_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], more: bool, max_chars: int = 2000
+) -> str:
+    """Header, one line per row while they fit in max_chars, and a row-count line."""
+    lines = [" | ".join(_cell(c) for c in columns)]
+    used = len(lines[0])
+    for row in rows:
+        line = " | ".join(_cell(v) for v in row)
+        if used + len(line) + 50 > max_chars:  # 50: room for the count line
+            break
+        lines.append(line)
+        used += len(line) + 1
+    n, shown = len(rows), len(lines) - 1
+    if more or shown < n:
+        lines.append(f"... ({'more than ' * more}{n} rows; showing {shown})")
+    else:
+        lines.append(f"({n} row{'s' * (n != 1)})")
+    return "\n".join(lines)
+
+
+def _as_text(action: Any) -> str | None:
+    """The action as clean text: bytes decoded, lone surrogates replaced; None if not text."""
+    if isinstance(action, bytes | bytearray):
+        action = bytes(action).decode("utf-8", "replace")
+    if not isinstance(action, str):
+        return None
+    if len(action) > MAX_ACTION_CHARS:
+        return action
+    return action.encode("utf-8", "replace").decode("utf-8")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 24)] + "\n... (output clipped)"
+
+
+def resolve_database(name_or_path: str | Path) -> Path:
+    """A SQLite file path, or a bundled database name (`tasks.sql` builds it on first use)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path.resolve()
+    from tasks import sql as sql_tasks  # ValueError listing the bundled names if unknown
+
+    return Path(sql_tasks.database_path(str(name_or_path))).resolve()
+
+
+@functools.lru_cache(maxsize=64)
+def _schema(path: Path) -> tuple[str, str]:
+    """(compact schema, first table name for the prompt's example) of a database."""
+    from tasks import sql as sql_tasks
+
+    conn = open_read_only(path)
+    try:
+        row = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY rowid LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.close()
+    first = row[0] if row else "t"
+    if not re.fullmatch(r"[A-Za-z_]\w*", first):
+        first = '"' + first.replace('"', '""') + '"'
+    return sql_tasks.schema_text(str(path)), first
+
+
+_GOLD_CACHE: dict[tuple[str, int, str], tuple[list[tuple], bool]] = {}
+
+
+def gold_result(
+    conn: sqlite3.Connection, path: Path, sql: str, time_limit_s: float
+) -> tuple[list[tuple], bool]:
+    """(rows, order_matters) of a gold query, cached per (database file, version, query)."""
+    key = (str(path), path.stat().st_mtime_ns, sql)
+    if key not in _GOLD_CACHE:
+        try:
+            _, rows, more = run_query(conn, sql, GRADE_MAX_ROWS, time_limit_s * GOLD_TIME_FACTOR)
+        except QueryError as e:
+            raise ValueError(f"the gold query fails on {path}: {e}") from None
+        if more:
+            raise ValueError(f"the gold query returns more than {GRADE_MAX_ROWS} rows on {path}")
+        if len(_GOLD_CACHE) > 4096:
+            _GOLD_CACHE.clear()
+        _GOLD_CACHE[key] = (rows, gold_order_matters(sql))
+    return _GOLD_CACHE[key]
+
+
+@functools.lru_cache(maxsize=1)
+def _train_suite() -> list[Task]:
+    from tasks import sql as sql_tasks
+
+    return sql_tasks.load_suite("train")
+
+
+def _question(task: Task) -> str:
+    if isinstance(task.prompt, str):
+        return task.prompt
+    return "\n".join(m.get("content", "") for m in task.prompt if m.get("role") == "user")
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+class SQLEnv(gym.Env):
+    """Explore a SQLite database with read-only queries, then submit one as the answer."""
+
+    metadata = {"render_modes": []}
+    stop_strings = ("</sql>", "</solution>")
+
+    def __init__(
+        self,
+        max_turns: int = 5,
+        database: str | None = None,
+        format_penalty: float = 0.1,
+        time_limit_s: float = 2.0,
+        max_rows: int = 50,
+        max_obs_chars: int = 2000,
+        **kwargs: Any,
+    ) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.database = database
+        self.format_penalty = format_penalty
+        self.time_limit_s = time_limit_s
+        self.max_rows = max_rows
+        self.max_obs_chars = max_obs_chars
+        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
+        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self._connections: dict[Path, sqlite3.Connection] = {}
+        self._task: Task | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._gold: tuple[list[tuple], bool] = ([], False)
+        self._turns_left = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start an episode on `options["task"]`, or on a task drawn from the bundled train suite.
+
+        A broken task (unknown database, failing gold query) raises ValueError here, so
+        that `step` never has to.
+        """
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            suite = _train_suite()
+            task = suite[int(self.np_random.integers(len(suite)))]
+        database = task.metadata.get("database") or self.database
+        if not database:
+            raise ValueError(
+                f"task {task.id!r} names no database and SQLEnv(database=...) is unset"
+            )
+        if not isinstance(task.answer, str) or not task.answer.strip():
+            raise ValueError(f"task {task.id!r} has no gold SQL in its `answer` field")
+        path = resolve_database(database)
+        if path not in self._connections:
+            self._connections[path] = open_read_only(path)
+        self._conn = self._connections[path]
+        self._gold = gold_result(self._conn, path, task.answer, self.time_limit_s)
+        self._task, self._turns_left = task, self.max_turns
+        schema, first_table = _schema(path)
+        observation = (
+            "Answer the question with one SQLite SELECT query.\n"
+            f"<sql>query</sql> shows up to {self.max_rows} result rows. "
+            "<solution>query</solution> submits your answer and ends the episode.\n"
+            f"Example: <sql>SELECT * FROM {first_table} LIMIT 3</sql>\n"
+            f"Tables:\n{schema}\n"
+            f"Question: {_question(task)}\n"
+            f"Turns left: {self._turns_left}"
+        )
+        info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
+        return _clip(observation, MAX_OBSERVATION_CHARS), info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._conn is None:
+            error = "the episode is over; call reset() to start a new one"
+            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
+        self._turns_left -= 1
+        text = _as_text(action)
+        try:
+            if text is None:
+                raise ActionError(f"the action must be text, not {type(action).__name__}")
+            if len(text) > MAX_ACTION_CHARS:
+                raise ActionError(
+                    f"the action is {len(text)} characters; the limit is {MAX_ACTION_CHARS}"
+                )
+            tag, query = parse_action(text)
+        except ActionError as e:
+            return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))
+        if tag == "solution":
+            return self._grade(query)
+        try:
+            columns, rows, more = run_query(self._conn, query, self.max_rows, self.time_limit_s)
+        except QueryError as e:
+            return self._next_turn(f"Error: {e}", str(e))
+        return self._next_turn(format_table(columns, rows, more, self.max_obs_chars), None)
+
+    def _next_turn(
+        self, body: str, error: str | None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """An observation for a turn that did not end the episode, unless it was the last one."""
+        left = self._turns_left
+        if left <= 0:
+            self._task = None
+            footer = "\nTurns left: 0. The episode ended without a <solution>."
+            info = {"turns_left": 0, "error": error, "correct": False}
+            return (
+                _clip(body, self.max_obs_chars) + footer,
+                -float(self.format_penalty),
+                False,
+                True,
+                info,
+            )
+        footer = f"\nTurns left: {left}" + (" (use it for <solution>)" if left == 1 else "")
+        return (
+            _clip(body, self.max_obs_chars) + footer,
+            0.0,
+            False,
+            False,
+            {"turns_left": left, "error": error},
+        )
+
+    def _grade(self, query: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self._conn is not None
+        self._task = None
+        gold_rows, order_matters = self._gold
+        error = None
+        try:
+            _, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
+            correct = not more and execution_match(gold_rows, rows, order_matters)
+            if more:
+                error = f"the result has more than {GRADE_MAX_ROWS} rows"
+        except QueryError as e:
+            correct, error = False, str(e)
+        if correct:
+            observation = "Correct."
+        else:
+            observation = (
+                f"Incorrect: {error}." if error else "Incorrect: the result does not match."
+            )
+        info = {"turns_left": self._turns_left, "error": error, "correct": correct}
+        return _clip(observation, self.max_obs_chars), float(correct), True, False, info
+
+    def close(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        self._conn = self._task = None
