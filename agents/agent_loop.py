@@ -12,6 +12,7 @@ the caller excludes it from the update. It never fails the step.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable
@@ -64,11 +65,14 @@ def run_episodes(
     pool: ThreadPoolExecutor,
 ) -> list[Trajectory]:
     """Run one episode per task (tasks may repeat: a group is the same task G times)."""
-    episodes = list(pool.map(lambda a: _start(make_env, chat, *a), zip(tasks, group_ids, seeds, strict=True)))
+    episodes = list(
+        pool.map(lambda a: _start(make_env, chat, *a), zip(tasks, group_ids, seeds, strict=True))
+    )
     turn = 0
     while live := [e for e in episodes if not e.done]:
         requests = []
         for e in live:
+            _add_prefix(chat, e)
             room = budget.max_total_tokens - len(e.traj.token_ids)
             requests.append(
                 GenRequest(
@@ -81,18 +85,23 @@ def run_episodes(
         t0 = time.perf_counter()
         results = generate(requests)
         gen_s = (time.perf_counter() - t0) / len(live)
-        list(pool.map(lambda a: _advance(chat, budget, *a), zip(live, results, [gen_s] * len(live), strict=True)))
+        list(
+            pool.map(
+                lambda a: _advance(chat, budget, *a),
+                zip(live, results, [gen_s] * len(live), strict=True),
+            )
+        )
         turn += 1
     for e in episodes:
         if e.env is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing is best effort
                 e.env.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
     return [e.traj for e in episodes]
 
 
-def _start(make_env: Callable[[], gym.Env], chat: ChatFormat, task: Task, group: int, seed: int) -> _Episode:
+def _start(
+    make_env: Callable[[], gym.Env], chat: ChatFormat, task: Task, group: int, seed: int
+) -> _Episode:
     traj = Trajectory(task_id=task.id, group_id=group)
     env: Any = None
     try:
@@ -114,6 +123,19 @@ def _start(make_env: Callable[[], gym.Env], chat: ChatFormat, task: Task, group:
         return _Episode(traj, env, seed, done=True)
 
 
+def _add_prefix(chat: ChatFormat, e: _Episode) -> None:
+    """An environment may start each model turn with fixed text (e.g. an opening tag).
+
+    Those tokens are the environment's (mask 0); the action the environment sees is the
+    prefix plus what the model wrote."""
+    prefix = getattr(e.env.unwrapped, "response_prefix", "")
+    if prefix:
+        ids = chat.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+        e.traj.token_ids.extend(ids)
+        e.traj.loss_mask.extend([0] * len(ids))
+        e.traj.logprobs.extend([0.0] * len(ids))
+
+
 def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_s: float) -> None:
     traj = e.traj
     traj.timings["generate"] = traj.timings.get("generate", 0.0) + gen_s
@@ -122,7 +144,9 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     traj.logprobs.extend(res.logprobs)
     traj.versions.append(res.version)
     traj.num_turns += 1
-    text = chat.tokenizer.decode(res.token_ids, skip_special_tokens=True)
+    text = getattr(e.env.unwrapped, "response_prefix", "") + chat.tokenizer.decode(
+        res.token_ids, skip_special_tokens=True
+    )
     traj.turns.append(Turn("assistant", text))
     t0 = time.perf_counter()
     try:
@@ -135,7 +159,9 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     finally:
         traj.timings["env"] = traj.timings.get("env", 0.0) + time.perf_counter() - t0
     traj.reward += float(reward)
-    traj.info = {k: v for k, v in info.items() if isinstance(v, str | int | float | bool | type(None))}
+    traj.info = {
+        k: v for k, v in info.items() if isinstance(v, str | int | float | bool | type(None))
+    }
     if terminated or truncated:
         traj.stop_reason = "terminated" if terminated else "truncated"
         if obs:

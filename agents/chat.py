@@ -19,13 +19,17 @@ class ChatFormat:
 
     def __init__(self, tokenizer: Any, system_prompt: str | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("the model's tokenizer has no chat template; pick an instruct/chat model")
+            raise ValueError(
+                "the model's tokenizer has no chat template; pick an instruct/chat model"
+            )
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.eos_text = tokenizer.eos_token or ""
 
     def _render(self, messages: list[dict[str, str]], gen: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=gen
+        )
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of the opening messages plus the assistant generation prompt."""

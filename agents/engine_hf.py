@@ -28,8 +28,8 @@ class HFEngine:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=_DTYPES[dtype])
-        self.model.to(self.device).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=_DTYPES[dtype])
+        self.model = model.to(self.device).eval()
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
@@ -63,18 +63,25 @@ class HFEngine:
         out_lp: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
 
-        # Prefill: left-pad so every row's next token sits in the last column.
-        lens = [len(r.prompt_ids) for r in requests]
-        width = max(lens)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(requests):
-            ids[i, width - lens[i] :] = torch.tensor(r.prompt_ids)
-            mask[i, width - lens[i] :] = 1
+        # Prefill each distinct prompt once (a GRPO group is G copies of one prompt), then
+        # copy its cache rows. Left-pad so every row's next token sits in the last column.
+        unique: dict[tuple[int, ...], int] = {}
+        row_of = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in requests]
+        prompts = list(unique)
+        width = max(map(len, prompts))
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for u, p in enumerate(prompts):
+            ids[u, width - len(p) :] = torch.tensor(p)
+            mask[u, width - len(p) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self._forward(ids, mask, pos, cache)  # [n, V]
+        logits = self._forward(ids, mask, pos, cache)  # [U, V]
+        if len(prompts) < n:
+            expand = torch.tensor(row_of, device=self.device)
+            cache.batch_select_indices(expand)
+            logits, mask, pos = logits[expand], mask[expand], pos[expand]
 
         rows = list(range(n))  # request index of each live batch row
         steps = max(r.max_new_tokens for r in requests)
@@ -99,14 +106,23 @@ class HFEngine:
             pos = pos[:, -1:] + 1
             logits = self._forward(tokens.view(-1, 1), mask, pos, cache)
         return [
-            GenResult(token_ids=out_ids[i], logprobs=out_lp[i], finish_reason=finish[i], version=self.version)
+            GenResult(
+                token_ids=out_ids[i],
+                logprobs=out_lp[i],
+                finish_reason=finish[i],
+                version=self.version,
+            )
             for i in range(n)
         ]
 
     def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos[:, -ids.shape[1] :],
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos[:, -ids.shape[1] :],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         return out.logits[:, -1, :].float()
 
@@ -124,10 +140,14 @@ class HFEngine:
             cut = sorted_p.cumsum(-1) - sorted_p > top_p
             sorted_p = sorted_p.masked_fill(cut, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        tokens = torch.stack([torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(gens)])
+        tokens = torch.stack(
+            [torch.multinomial(probs[b], 1, generator=g)[0] for b, g in enumerate(gens)]
+        )
         return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
-    def _finished(self, i: int, req: GenRequest, ids: list[int], tok: int, t: int, finish: list[str]) -> bool:
+    def _finished(
+        self, i: int, req: GenRequest, ids: list[int], tok: int, t: int, finish: list[str]
+    ) -> bool:
         if tok in self.eos_ids:
             finish[i] = "eos"
             return True

@@ -457,6 +457,8 @@ class SQLEnv(gym.Env):
         time_limit_s: float = 2.0,
         max_rows: int = 50,
         max_obs_chars: int = 2000,
+        response_prefix: str = "",
+        partial_credit: float = 0.0,
         **kwargs: Any,
     ) -> None:
         if max_turns < 1:
@@ -467,6 +469,10 @@ class SQLEnv(gym.Env):
         self.time_limit_s = time_limit_s
         self.max_rows = max_rows
         self.max_obs_chars = max_obs_chars
+        self.response_prefix = response_prefix
+        self.partial_credit = partial_credit
+        """Reward for a wrong <solution> that still executes (0 = pure execution match)."""
+        """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
         self.action_space = TextSpace(MAX_ACTION_CHARS)
         self._connections: dict[Path, sqlite3.Connection] = {}
@@ -502,14 +508,13 @@ class SQLEnv(gym.Env):
         self._gold = gold_result(self._conn, path, task.answer, self.time_limit_s)
         self._task, self._turns_left = task, self.max_turns
         schema, first_table = _schema(path)
+        # Small models copy the example: it shows the answer tag, the thing they must learn.
         observation = (
-            "Answer the question with one SQLite SELECT query.\n"
-            f"<sql>query</sql> shows up to {self.max_rows} result rows. "
-            "<solution>query</solution> submits your answer and ends the episode.\n"
-            f"Example: <sql>SELECT * FROM {first_table} LIMIT 3</sql>\n"
             f"Tables:\n{schema}\n"
             f"Question: {_question(task)}\n"
-            f"Turns left: {self._turns_left}"
+            "Reply with one SQLite query inside <solution></solution>, e.g. "
+            f"<solution>SELECT COUNT(*) FROM {first_table}</solution>. To look at the data first, "
+            f"send <sql>query</sql> (shows up to {self.max_rows} rows). Turns left: {self._turns_left}"
         )
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return _clip(observation, MAX_OBSERVATION_CHARS), info
@@ -582,7 +587,10 @@ class SQLEnv(gym.Env):
                 f"Incorrect: {error}." if error else "Incorrect: the result does not match."
             )
         info = {"turns_left": self._turns_left, "error": error, "correct": correct}
-        return _clip(observation, self.max_obs_chars), float(correct), True, False, info
+        # Optional shaping: a wrong answer that at least runs on this database earns a little,
+        # which gives a small model a gradient long before it gets answers right.
+        reward = 1.0 if correct else (self.partial_credit if error is None else 0.0)
+        return _clip(observation, self.max_obs_chars), reward, True, False, info
 
     def close(self) -> None:
         for conn in self._connections.values():

@@ -18,8 +18,11 @@ def commented_yaml(cfg: Any) -> str:
     import yaml
     from pydantic import BaseModel
 
-    lines = ["# skyrl run configuration. `skyrl train` reads ./skyrl.yaml when present;",
-             "# flags and --set key=value override it. Unknown keys are errors.", ""]
+    lines = [
+        "# skyrl run configuration. `skyrl train` reads ./skyrl.yaml when present;",
+        "# flags and --set key=value override it. Unknown keys are errors.",
+        "",
+    ]
 
     def emit(model: BaseModel, indent: int) -> None:
         pad = "  " * indent
@@ -35,7 +38,9 @@ def commented_yaml(cfg: Any) -> str:
                 emit(value, indent + 1)
                 lines.append("")
             else:
-                dumped = yaml.safe_dump({name: _plain(value)}, default_flow_style=False, sort_keys=False).rstrip()
+                dumped = yaml.safe_dump(
+                    {name: _plain(value)}, default_flow_style=False, sort_keys=False
+                ).rstrip()
                 lines.extend(pad + ln for ln in dumped.splitlines())
 
     emit(cfg, 0)
@@ -48,8 +53,15 @@ def _plain(v: Any) -> Any:
 
 def init(
     path: Annotated[Path, typer.Argument(help="Folder to create.")],
-    env: Annotated[str, typer.Option("--env", help="Environment skyrl.yaml trains: my_env (the template) or a built-in.")] = "my_env",
-    force: Annotated[bool, typer.Option("--force", help="Write into an existing non-empty folder.")] = False,
+    env: Annotated[
+        str,
+        typer.Option(
+            "--env", help="Environment skyrl.yaml trains: my_env (the template) or a built-in."
+        ),
+    ] = "my_env",
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an existing non-empty folder.")
+    ] = False,
 ) -> None:
     """Create a project: skyrl.yaml (every field commented), a working custom environment,
     sample tasks and a README.
@@ -66,7 +78,9 @@ def init(
     if path.exists() and any(path.iterdir()) and not force:
         fail(f"{path} already exists and is not empty; pick a new folder or pass --force")
     if env != "my_env" and env not in BUILTINS:
-        fail(f"unknown environment {env!r}; choose my_env (the template) or one of: {', '.join(BUILTINS)}")
+        fail(
+            f"unknown environment {env!r}; choose my_env (the template) or one of: {', '.join(BUILTINS)}"
+        )
     path.mkdir(parents=True, exist_ok=True)
     for name in ("my_env.py", "tasks.jsonl"):
         shutil.copy(TEMPLATE / name, path / name)

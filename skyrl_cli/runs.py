@@ -31,8 +31,14 @@ def run_state(status: dict[str, Any]) -> str:
 def read_run(path: Path) -> dict[str, Any]:
     import yaml
 
-    status = json.loads((path / "status.json").read_text()) if (path / "status.json").exists() else {}
-    cfg = yaml.safe_load((path / "config.yaml").read_text()) if (path / "config.yaml").exists() else {}
+    status = (
+        json.loads((path / "status.json").read_text()) if (path / "status.json").exists() else {}
+    )
+    cfg = (
+        yaml.safe_load((path / "config.yaml").read_text())
+        if (path / "config.yaml").exists()
+        else {}
+    )
     return {
         "id": path.name,
         "env": (cfg.get("env") or {}).get("name", "?"),
@@ -53,8 +59,12 @@ def list_runs(runs_dir: Path) -> list[dict[str, Any]]:
 
 
 def runs(
-    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Folder holding run directories.")] = Path("runs"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table.")] = False,
+    runs_dir: Annotated[
+        Path, typer.Option("--runs-dir", help="Folder holding run directories.")
+    ] = Path("runs"),
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON lines instead of a table.")
+    ] = False,
 ) -> None:
     """List runs: id, env, model, state, step, last reward.
 
@@ -75,7 +85,13 @@ def runs(
     from rich.table import Table
 
     table = Table("id", "env", "model", "state", "step", "last reward", box=None)
-    colors = {"running": "green", "finished": "blue", "failed": "red", "stale": "yellow", "stopped": "yellow"}
+    colors = {
+        "running": "green",
+        "finished": "blue",
+        "failed": "red",
+        "stale": "yellow",
+        "stopped": "yellow",
+    }
     for r in rows:
         reward = "-" if r["last_reward"] is None else f"{r['last_reward']:+.3f}"
         state = f"[{colors.get(r['state'], 'white')}]{r['state']}[/]"

@@ -25,23 +25,61 @@ Examples:
 
 
 def train(
-    env: Annotated[str | None, typer.Option("--env", help="Environment: sql, math, or a plugin name.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Model preset (tiny, smollm2-135m), HF folder or id.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="YAML config file (default: ./skyrl.yaml if present).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config key: --set rollout.group_size=8 (repeatable).")] = None,
-    tasks: Annotated[Path | None, typer.Option("--tasks", help="JSONL task file instead of the bundled suite.")] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Training steps.", min=1)] = None,
-    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Where run directories go.")] = Path("runs"),
-    run_name: Annotated[str | None, typer.Option("--run-name", help="Run id prefix (default: the env name).")] = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="A run directory to continue from its last checkpoint.")] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Environment: sql, math, or a plugin name.")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model preset (tiny, smollm2-135m), HF folder or id."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="YAML config file (default: ./skyrl.yaml if present)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="Override a config key: --set rollout.group_size=8 (repeatable)."
+        ),
+    ] = None,
+    tasks: Annotated[
+        Path | None, typer.Option("--tasks", help="JSONL task file instead of the bundled suite.")
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Training steps.", min=1)
+    ] = None,
+    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Where run directories go.")] = Path(
+        "runs"
+    ),
+    run_name: Annotated[
+        str | None, typer.Option("--run-name", help="Run id prefix (default: the env name).")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option("--resume", help="A run directory to continue from its last checkpoint."),
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed.")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Join an existing Ray cluster.")] = None,
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", help="Join an existing Ray cluster.")
+    ] = None,
 ) -> None:
     """Train a policy with GRPO (sync schedule) on an environment's tasks."""
     from trainers.config import ConfigError
 
     try:
-        cfg, run = _prepare(env, model, config, set_ or [], tasks, max_steps, runs_dir, run_name, resume, seed, ray_address)
+        cfg, run = _prepare(
+            env,
+            model,
+            config,
+            set_ or [],
+            tasks,
+            max_steps,
+            runs_dir,
+            run_name,
+            resume,
+            seed,
+            ray_address,
+        )
     except (ConfigError, ValueError) as e:
         fail(str(e))
     _run(cfg, run, resume is not None)
@@ -50,20 +88,43 @@ def train(
 train.__doc__ = (train.__doc__ or "") + "\n" + EXAMPLES
 
 
-def _prepare(env, model, config, sets, tasks, max_steps, runs_dir, run_name, resume, seed, ray_address) -> tuple[Any, Any]:
+def _prepare(
+    env, model, config, sets, tasks, max_steps, runs_dir, run_name, resume, seed, ray_address
+) -> tuple[Any, Any]:
     from agents.models import PRESETS
     from environments import registry
-    from trainers.config import ConfigError, build_config, load_saved_config, parse_set, read_yaml, save_config
+    from trainers.config import (
+        ConfigError,
+        build_config,
+        load_saved_config,
+        parse_set,
+        read_yaml,
+        save_config,
+    )
     from trainers.rundir import RunDir, new_run_id
 
     if resume is not None:
-        changed = [n for n, v in (("--env", env), ("--model", model), ("--config", config), ("--tasks", tasks),
-                                  ("--seed", seed), ("--run-name", run_name)) if v is not None] + (["--set"] if sets else [])
+        changed = [
+            n
+            for n, v in (
+                ("--env", env),
+                ("--model", model),
+                ("--config", config),
+                ("--tasks", tasks),
+                ("--seed", seed),
+                ("--run-name", run_name),
+            )
+            if v is not None
+        ] + (["--set"] if sets else [])
         if changed:
-            raise ConfigError(f"--resume reuses the run's saved config, so {', '.join(changed)} cannot change; "
-                              "only --max-steps and --ray-address can")
+            raise ConfigError(
+                f"--resume reuses the run's saved config, so {', '.join(changed)} cannot change; "
+                "only --max-steps and --ray-address can"
+            )
         if not (resume / "config.yaml").exists():
-            raise ConfigError(f"{resume} is not a run directory (no config.yaml); pass a folder under runs/")
+            raise ConfigError(
+                f"{resume} is not a run directory (no config.yaml); pass a folder under runs/"
+            )
         cfg = load_saved_config(resume / "config.yaml")
         if max_steps is not None:
             cfg.trainer.max_steps = max_steps
@@ -72,7 +133,9 @@ def _prepare(env, model, config, sets, tasks, max_steps, runs_dir, run_name, res
         run = RunDir(resume)
         run.status = run.read_status()
         if run.status.get("state") == "running" and _alive(run.status.get("pid")):
-            raise ConfigError(f"run {resume} is still running (pid {run.status['pid']}); stop it first")
+            raise ConfigError(
+                f"run {resume} is still running (pid {run.status['pid']}); stop it first"
+            )
         save_config(cfg, resume / "config.yaml")
         return cfg, run
 
@@ -102,7 +165,9 @@ def _prepare(env, model, config, sets, tasks, max_steps, runs_dir, run_name, res
     registry.resolve(cfg.env.name, cfg.environments)
     name = cfg.model.name
     if name not in PRESETS and not Path(name).exists() and name.count("/") != 1:
-        raise ConfigError(f"unknown model {name!r}; use a preset ({', '.join(PRESETS)}), a local HF folder, or an HF id")
+        raise ConfigError(
+            f"unknown model {name!r}; use a preset ({', '.join(PRESETS)}), a local HF folder, or an HF id"
+        )
     if cfg.env.tasks and not (project_dir / cfg.env.tasks).exists():
         raise ConfigError(f"task file {cfg.env.tasks} does not exist")
 
@@ -143,8 +208,11 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     except Exception as e:  # noqa: BLE001 - the traceback goes to a file, the user gets one line
         (run.path / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
         run.set_status(state="failed", error=f"{type(e).__name__}: {e}")
-        fail(f"training failed: {type(e).__name__}: {e} (traceback in {run.path / 'error.log'}; "
-             f"resume with skyrl train --resume {run.path})", code=1)
+        fail(
+            f"training failed: {type(e).__name__}: {e} (traceback in {run.path / 'error.log'}; "
+            f"resume with skyrl train --resume {run.path})",
+            code=1,
+        )
     finally:
         run.stop_heartbeat()
     _print_summary(cfg, summary)
@@ -154,7 +222,9 @@ def _print_summary(cfg: Any, summary: dict[str, Any]) -> None:
     b, a = summary.get("eval_before"), summary.get("eval_after")
     print(f"finished: {summary['run_dir']}")
     if b and a:
-        print(f"{cfg.eval.split} accuracy: {b['accuracy']:.1%} before -> {a['accuracy']:.1%} after ({a['n']} tasks)")
+        print(
+            f"{cfg.eval.split} accuracy: {b['accuracy']:.1%} before -> {a['accuracy']:.1%} after ({a['n']} tasks)"
+        )
     elif a:
         print(f"{cfg.eval.split} accuracy after training: {a['accuracy']:.1%} ({a['n']} tasks)")
     if summary.get("final_checkpoint"):

@@ -32,11 +32,23 @@ def ray_address(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ray")
     # A short temp dir: Ray's unix sockets fail on long paths.
     temp_dir = Path("/tmp") / f"skyrl-ray-{os.getpid()}"
+    log = open(tmp / "ray.log", "w")  # noqa: SIM115 - open for the cluster's lifetime
     proc = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--node-ip-address=127.0.0.1", "--disable-usage-stats",
-         f"--temp-dir={temp_dir}"],
-        stdout=open(tmp / "ray.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--node-ip-address=127.0.0.1",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     address = f"127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -61,8 +73,15 @@ def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: 
     """Run the real `skyrl` console script; return the CompletedProcess."""
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run(
-        [str(BIN / "skyrl"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env
+        [str(BIN / "skyrl"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"skyrl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"skyrl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc

@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 
 
-def grpo_advantages(rewards_P_G: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(
+    rewards_P_G: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Group-relative advantage: (r - mean of its group) / (std of its group + eps).
 
     A group whose rewards are all equal gets zero advantage (it carries no signal). The std

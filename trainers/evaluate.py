@@ -37,15 +37,20 @@ def evaluate(
     for i in range(0, len(tasks), batch):
         chunk = tasks[i : i + batch]
         seeds = [episode_seed(seed, "eval", t.id) for t in chunk]
-        trajs += run_episodes(generate, make_env, chat, chunk, list(range(len(chunk))), seeds, budget, pool)
-    by: dict[str, dict[str, list[bool]]] = {"difficulty": defaultdict(list), "database": defaultdict(list)}
+        trajs += run_episodes(
+            generate, make_env, chat, chunk, list(range(len(chunk))), seeds, budget, pool
+        )
+    by: dict[str, dict[str, list[bool]]] = {
+        "difficulty": defaultdict(list),
+        "database": defaultdict(list),
+    }
     for task, traj in zip(tasks, trajs, strict=True):
         ok = is_correct(traj)
         for key in by:
             if key in task.metadata:
                 by[key][str(task.metadata[key])].append(ok)
     n = len(trajs)
-    report = {
+    report: dict[str, Any] = {
         "n": n,
         "accuracy": sum(map(is_correct, trajs)) / max(1, n),
         "mean_reward": sum(t.reward for t in trajs) / max(1, n),

@@ -12,7 +12,6 @@ from typing import Any
 
 from trainers.config import RunConfig
 
-
 # Workers inherit these (also on a cluster we join): no progress bars or banners in the log.
 QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -30,7 +29,7 @@ def start_ray(address: str | None) -> None:
 
     if ray.is_initialized():
         return
-    quiet = {
+    quiet: dict[str, Any] = {
         "log_to_driver": True,
         "logging_level": "WARNING",
         "configure_logging": True,
@@ -97,7 +96,9 @@ def place(cfg: RunConfig, model_path: Path) -> tuple[Any, Any]:
     import ray
 
     if cfg.rollout.engine != "hf":
-        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} needs a GPU build that is not installed; use hf")
+        raise ValueError(
+            f"rollout.engine={cfg.rollout.engine!r} needs a GPU build that is not installed; use hf"
+        )
     threads = _threads(cfg)
     learner = ray.remote(num_cpus=0)(_LearnerWorker).remote(str(model_path), cfg, threads)
     engine = ray.remote(num_cpus=0)(_EngineWorker).remote(str(model_path), cfg.model.dtype, threads)

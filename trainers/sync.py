@@ -70,7 +70,9 @@ def make_tracker(cfg: RunConfig, run: RunDir, run_id: str | None) -> Tracker:
         return NullTracker()
     runs_dir = run.path.parent
     uri = cfg.tracking.uri or default_uri(runs_dir)
-    return MLflowTracker(uri, cfg.tracking.experiment, run.path.name, runs_dir / "mlartifacts", run_id)
+    return MLflowTracker(
+        uri, cfg.tracking.experiment, run.path.name, runs_dir / "mlartifacts", run_id
+    )
 
 
 def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
@@ -84,14 +86,18 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     torch.set_num_threads(threads)
     spec = registry.resolve(cfg.env.name, cfg.environments)
     project = Path(cfg.project_dir) if cfg.project_dir else None
-    make_env = partial(registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+    make_env = partial(
+        registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs
+    )
     train_tasks = load_split(cfg, cfg.env.train_split)
     if not train_tasks:
         raise ValueError(f"no tasks in split {cfg.env.train_split!r} for env {cfg.env.name!r}")
     eval_tasks = load_split(cfg, cfg.eval.split)[: cfg.eval.limit] if cfg.eval.limit else []
     model_path = resolve_model(cfg.model.name)
     progress = StepProgress(cfg.trainer.max_steps, 0)
-    progress.note(f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}")
+    progress.note(
+        f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}"
+    )
     start_ray(cfg.ray.address)
     learner, engine = place(cfg, model_path)
     from transformers import AutoTokenizer
@@ -108,24 +114,37 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         return ray.get(engine.generate.remote(reqs, 0.0, 1.0))
 
     # ------------------------------------------------------------- resume state
-    step, version, tracker_run_id = 0, 0, None
+    done, version, tracker_run_id = 0, 0, None
     if resume and (ckpt := run.latest_checkpoint()):
         state = json.loads((ckpt / "trainer_state.json").read_text())
-        step, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
-        ray.get([learner.load.remote(str(ckpt.resolve())), engine.load.remote(str(ckpt.resolve() / "model"), version)])
+        done, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
+        ray.get(
+            [
+                learner.load.remote(str(ckpt.resolve())),
+                engine.load.remote(str(ckpt.resolve() / "model"), version),
+            ]
+        )
         rng = torch.load(ckpt / "rng.pt", weights_only=False)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"])
-        progress.note(f"resumed from {ckpt.name} (step {step})")
+        progress.note(f"resumed from {ckpt.name} (step {done})")
     elif resume:
         tracker_run_id = run.read_status().get("tracker_run_id")
         progress.note("no checkpoint yet: starting from step 0")
-    run.truncate_after(step)
+    run.truncate_after(done)
     tracker = make_tracker(cfg, run, tracker_run_id)
     tracker.log_params(flatten(cfg.model_dump(mode="json")))
-    run.set_status(state="running", step=step, max_steps=cfg.trainer.max_steps, tracker_run_id=tracker.run_id,
-                   env=cfg.env.name, model=cfg.model.name, error=None, started=run.status.get("started", utc_now()))
+    run.set_status(
+        state="running",
+        step=done,
+        max_steps=cfg.trainer.max_steps,
+        tracker_run_id=tracker.run_id,
+        env=cfg.env.name,
+        model=cfg.model.name,
+        error=None,
+        started=run.status.get("started", utc_now()),
+    )
     summary: dict[str, Any] = {"run_dir": str(run.path)}
 
     def run_eval(name: str, at_step: int) -> dict[str, Any]:
@@ -137,23 +156,31 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             "".join(json.dumps(t.to_record(at_step)) + "\n" for t in trajs), encoding="utf-8"
         )
         tracker.log_metrics({f"eval/{cfg.eval.split}/accuracy": report["accuracy"]}, at_step)
-        progress.note(f"{cfg.eval.split} accuracy at step {at_step}: {report['accuracy']:.1%} ({report['n']} tasks)")
+        progress.note(
+            f"{cfg.eval.split} accuracy at step {at_step}: {report['accuracy']:.1%} ({report['n']} tasks)"
+        )
         return report
 
     if eval_tasks and cfg.eval.before:
         before = run.path / "eval" / "before.json"
-        summary["eval_before"] = json.loads(before.read_text()) if before.exists() else run_eval("before", 0)
+        summary["eval_before"] = (
+            json.loads(before.read_text()) if before.exists() else run_eval("before", 0)
+        )
 
     # ---------------------------------------------------------------- the loop
-    progress = StepProgress(cfg.trainer.max_steps, step, progress.console)
+    progress = StepProgress(cfg.trainer.max_steps, done, progress.console)
     step_times: list[float] = []
-    for step in range(step + 1, cfg.trainer.max_steps + 1):
+    for step in range(done + 1, cfg.trainer.max_steps + 1):
         t_step = time.perf_counter()
         # 1. rollouts: G episodes for each of P tasks
         tasks_P = batch_tasks(train_tasks, cfg.trainer.seed, step, r.batch_size)
         flat = [t for t in tasks_P for _ in range(r.group_size)]
         groups = [p for p in range(len(tasks_P)) for _ in range(r.group_size)]
-        seeds = [episode_seed(cfg.trainer.seed, step, p, g) for p in range(len(tasks_P)) for g in range(r.group_size)]
+        seeds = [
+            episode_seed(cfg.trainer.seed, step, p, g)
+            for p in range(len(tasks_P))
+            for g in range(r.group_size)
+        ]
         trajs = run_episodes(sample, make_env, chat, flat, groups, seeds, budget, pool)
         t_gen = time.perf_counter() - t_step
 
@@ -162,7 +189,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         ok_P_G = torch.tensor([t.error is None for t in trajs]).view(len(tasks_P), r.group_size)
         adv_P_G = grpo_advantages(rewards_P_G, cfg.algorithm.normalize_std)
         batch = [
-            Sample(t.token_ids, t.loss_mask, float(a))
+            Sample(t.token_ids, t.loss_mask, float(a), t.prompt_len)
             for t, a, ok in zip(trajs, adv_P_G.flatten(), ok_P_G.flatten(), strict=True)
             if ok and t.response_len > 0
         ]
@@ -180,12 +207,17 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         metrics = step_metrics(trajs, rewards_P_G, learn)
         t_all = time.perf_counter() - t_step
         step_times.append(t_all)
-        metrics.update({
-            "time/generate": t_gen, "time/train": t_train, "time/sync": t_sync, "time/step": t_all,
-            "perf/episodes_per_s": len(trajs) / t_all,
-            "perf/tokens_per_s": sum(t.response_len for t in trajs) / max(t_gen, 1e-9),
-            "policy_version": version,
-        })
+        metrics.update(
+            {
+                "time/generate": t_gen,
+                "time/train": t_train,
+                "time/sync": t_sync,
+                "time/step": t_all,
+                "perf/episodes_per_s": len(trajs) / t_all,
+                "perf/tokens_per_s": sum(t.response_len for t in trajs) / max(t_gen, 1e-9),
+                "policy_version": version,
+            }
+        )
         run.write_rollouts(step, [t.to_record(step) for t in trajs])
         run.append_metrics({"step": step, "time": time.time(), **metrics})
         tracker.log_metrics(metrics, step)
@@ -195,7 +227,15 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
         # 5. checkpoint: written to a temp dir, then renamed — complete or absent
         if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
-            save_checkpoint(run, learner, step, version, r.batch_size, tracker.run_id, cfg.trainer.keep_checkpoints)
+            save_checkpoint(
+                run,
+                learner,
+                step,
+                version,
+                r.batch_size,
+                tracker.run_id,
+                cfg.trainer.keep_checkpoints,
+            )
     progress.close()
 
     # ------------------------------------------------------------------ finish
@@ -211,7 +251,9 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     return summary
 
 
-def step_metrics(trajs: list[Trajectory], rewards_P_G: torch.Tensor, learn: dict[str, float]) -> dict[str, float]:
+def step_metrics(
+    trajs: list[Trajectory], rewards_P_G: torch.Tensor, learn: dict[str, float]
+) -> dict[str, float]:
     """Per-step numbers for metrics.jsonl (names documented in docs/run-format.md)."""
     lens = [t.response_len for t in trajs] or [0]
     zero_var = (rewards_P_G.max(dim=1).values == rewards_P_G.min(dim=1).values).float().mean()
@@ -235,17 +277,31 @@ def step_metrics(trajs: list[Trajectory], rewards_P_G: torch.Tensor, learn: dict
 
 
 def save_checkpoint(
-    run: RunDir, learner: Any, step: int, version: int, batch_size: int, tracker_run_id: str | None, keep: int
+    run: RunDir,
+    learner: Any,
+    step: int,
+    version: int,
+    batch_size: int,
+    tracker_run_id: str | None,
+    keep: int,
 ) -> Path:
     import ray
 
     tmp = run.checkpoint_tmp(step)
     ray.get(learner.save.remote(str(tmp.resolve())))  # actors may run in another cwd
     torch.save(
-        {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}, tmp / "rng.pt"
+        {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+        },
+        tmp / "rng.pt",
     )
     state = {
-        "step": step, "version": version, "data_position": step * batch_size,
-        "tracker_run_id": tracker_run_id, "saved": utc_now(),
+        "step": step,
+        "version": version,
+        "data_position": step * batch_size,
+        "tracker_run_id": tracker_run_id,
+        "saved": utc_now(),
     }
     return run.commit_checkpoint(tmp, step, state, keep)

@@ -45,7 +45,9 @@ def default_uri(runs_dir: Path) -> str:
 class MLflowTracker:
     """Logs params, per-step metrics and artifacts to one MLflow run (resumed by id)."""
 
-    def __init__(self, uri: str, experiment: str, run_name: str, artifacts_dir: Path, run_id: str | None) -> None:
+    def __init__(
+        self, uri: str, experiment: str, run_name: str, artifacts_dir: Path, run_id: str | None
+    ) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         os.environ.setdefault("DO_NOT_TRACK", "true")
         import logging

@@ -23,7 +23,9 @@ def test_tiny_model_learns_the_toy_task(tmp_path, ray_address):
             shutil.copy(f, tmp_path / f.name)
     skyrl("train", "--ray-address", ray_address, cwd=tmp_path, timeout=300)
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
-    rewards = [json.loads(ln)["reward/mean"] for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    rewards = [
+        json.loads(ln)["reward/mean"] for ln in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     print(f"mean reward: first 5 steps {first:.3f}, last 5 steps {last:.3f}")
     assert len(rewards) == 30

@@ -13,7 +13,16 @@ import yaml
 
 from tests.conftest import BIN, skyrl
 
-TINY_MATH = ["--env", "math", "--model", "tiny", "--set", "eval.limit=4", "--set", "rollout.batch_size=2"]
+TINY_MATH = [
+    "--env",
+    "math",
+    "--model",
+    "tiny",
+    "--set",
+    "eval.limit=4",
+    "--set",
+    "rollout.batch_size=2",
+]
 
 
 def test_help_does_not_import_heavy_modules(tmp_path):
@@ -24,7 +33,9 @@ def test_help_does_not_import_heavy_modules(tmp_path):
         "heavy = [m for m in ('torch', 'ray', 'mlflow', 'transformers', 'vllm') if m in sys.modules]\n"
         "print('HEAVY', heavy, 'SECONDS', time.perf_counter() - t)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True
+    )
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("HEAVY")][0]
     assert "HEAVY []" in line, line
     assert "skyrl train --env sql" in out.stdout  # examples are shown
@@ -34,8 +45,14 @@ def test_help_does_not_import_heavy_modules(tmp_path):
     ("args", "needle"),
     [
         (["--env", "nope"], "unknown environment 'nope'; known: math, sql"),
-        (["--model", "nonexistent-model"], "unknown model 'nonexistent-model'; use a preset (tiny, smollm2-135m"),
-        (["--set", "rollout.nope=3"], "unknown config key 'rollout.nope'; accepted keys here: engine, batch_size"),
+        (
+            ["--model", "nonexistent-model"],
+            "unknown model 'nonexistent-model'; use a preset (tiny, smollm2-135m",
+        ),
+        (
+            ["--set", "rollout.nope=3"],
+            "unknown config key 'rollout.nope'; accepted keys here: engine, batch_size",
+        ),
         (["--set", "rollout.group_size=zero"], "bad value 'zero' for rollout.group_size"),
         (["--set", "rollout.group_size=0"], "rollout.group_size"),
         (["--set", "novalue"], "must look like KEY=VALUE"),
@@ -58,20 +75,35 @@ def test_init_then_train_then_runs(tmp_path, ray_address):
     text = (project / "skyrl.yaml").read_text()
     assert text.count("#") > 40  # every field carries its comment
     assert yaml.safe_load(text)["environments"] == {"my_env": "my_env.py:UnitsEnv"}
-    proc = skyrl("train", "--max-steps", "2", "--model", "tiny", "--ray-address", ray_address, cwd=project)
+    proc = skyrl(
+        "train", "--max-steps", "2", "--model", "tiny", "--ray-address", ray_address, cwd=project
+    )
     assert "finished" in proc.stdout
     (run,) = [p for p in (project / "runs").iterdir() if (p / "config.yaml").exists()]
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(ln)["step"] for ln in lines] == [1, 2]
     listing = skyrl("runs", cwd=project).stdout
-    assert run.name in listing and "finished" in listing and "my_env" in listing and "2/2" in listing
+    assert (
+        run.name in listing and "finished" in listing and "my_env" in listing and "2/2" in listing
+    )
     again = skyrl("init", "my-agent", cwd=tmp_path, check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
 def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
-    proc = skyrl("train", *TINY_MATH, "--max-steps", "3", "--run-name", "m", "--set", "trainer.checkpoint_every=2",
-                 "--ray-address", ray_address, cwd=tmp_path)
+    proc = skyrl(
+        "train",
+        *TINY_MATH,
+        "--max-steps",
+        "3",
+        "--run-name",
+        "m",
+        "--set",
+        "trainer.checkpoint_every=2",
+        "--ray-address",
+        ray_address,
+        cwd=tmp_path,
+    )
     assert "accuracy" in proc.stdout
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.name.startswith("m-")]
     status = json.loads((run / "status.json").read_text())
@@ -82,7 +114,9 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for key in ("reward/mean", "loss", "grad_norm", "entropy", "perf/tokens_per_s", "time/step"):
         assert all(key in m for m in metrics), key
-    rollouts = [json.loads(ln) for ln in (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()]
+    rollouts = [
+        json.loads(ln) for ln in (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    ]
     assert len(rollouts) == 2 * 4  # batch_size x group_size
     r = rollouts[0]
     assert len(r["token_ids"]) == len(r["loss_mask"]) == len(r["logprobs"])
@@ -103,7 +137,9 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
     found = mlflow.search_runs(experiment_names=["skyrl"], filter_string=f"run_name = '{run.name}'")
     assert len(found) == 1
     row = found.iloc[0]
-    assert row["params.env.name"] == "math" and row["metrics.reward/mean"] == pytest.approx(metrics[-1]["reward/mean"])
+    assert row["params.env.name"] == "math" and row["metrics.reward/mean"] == pytest.approx(
+        metrics[-1]["reward/mean"]
+    )
     client = mlflow.tracking.MlflowClient()
     history = client.get_metric_history(row["run_id"], "loss")
     assert sorted(h.step for h in history) == [1, 2, 3]
@@ -115,22 +151,43 @@ def _metrics(run):
 
 
 def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
-    common = [*TINY_MATH, "--max-steps", "6", "--seed", "3", "--set", "trainer.checkpoint_every=3",
-              "--set", "eval.before=false", "--set", "eval.limit=0", "--ray-address", ray_address]
+    common = [
+        *TINY_MATH,
+        "--max-steps",
+        "6",
+        "--seed",
+        "3",
+        "--set",
+        "trainer.checkpoint_every=3",
+        "--set",
+        "eval.before=false",
+        "--set",
+        "eval.limit=0",
+        "--ray-address",
+        ray_address,
+    ]
     skyrl("train", *common, "--run-name", "full", cwd=tmp_path)
     (full,) = (tmp_path / "runs").glob("full-*")
 
-    proc = subprocess.Popen([str(BIN / "skyrl"), "train", *common, "--run-name", "killed"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(BIN / "skyrl"), "train", *common, "--run-name", "killed"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while not list((tmp_path / "runs").glob("killed-*/checkpoints/step-000003/trainer_state.json")):
-        assert proc.poll() is None and time.time() < deadline, "run ended before step 3's checkpoint"
+        assert proc.poll() is None and time.time() < deadline, (
+            "run ended before step 3's checkpoint"
+        )
         time.sleep(0.01)
     proc.kill()  # SIGKILL: no cleanup of any kind
     proc.wait()
     (killed,) = (tmp_path / "runs").glob("killed-*")
     assert not (killed / "checkpoints" / "step-000006").exists(), "killed too late to test resume"
-    assert json.loads((killed / "status.json").read_text())["state"] == "running"  # nobody said otherwise
+    assert (
+        json.loads((killed / "status.json").read_text())["state"] == "running"
+    )  # nobody said otherwise
     assert "stale" in skyrl("runs", cwd=tmp_path).stdout  # the pid is gone
 
     skyrl("train", "--resume", str(killed), "--ray-address", ray_address, cwd=tmp_path)
@@ -143,10 +200,26 @@ def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
 
 
 def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, ray_address):
-    args = [*TINY_MATH, "--max-steps", "40", "--set", "trainer.checkpoint_every=1", "--set", "eval.limit=0",
-            "--run-name", "intr", "--ray-address", ray_address]
-    proc = subprocess.Popen([str(BIN / "skyrl"), "train", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    args = [
+        *TINY_MATH,
+        "--max-steps",
+        "40",
+        "--set",
+        "trainer.checkpoint_every=1",
+        "--set",
+        "eval.limit=0",
+        "--run-name",
+        "intr",
+        "--ray-address",
+        ray_address,
+    ]
+    proc = subprocess.Popen(
+        [str(BIN / "skyrl"), "train", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 300
     while not list((tmp_path / "runs").glob("intr-*/checkpoints/step-000002")):
         assert proc.poll() is None and time.time() < deadline
@@ -158,5 +231,14 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, ray_address):
     (run,) = (tmp_path / "runs").glob("intr-*")
     assert json.loads((run / "status.json").read_text())["state"] == "stopped"
     assert "stopped" in skyrl("runs", cwd=tmp_path).stdout
-    skyrl("train", "--resume", str(run), "--max-steps", "4", "--ray-address", ray_address, cwd=tmp_path)
+    skyrl(
+        "train",
+        "--resume",
+        str(run),
+        "--max-steps",
+        "4",
+        "--ray-address",
+        ray_address,
+        cwd=tmp_path,
+    )
     assert sorted(_metrics(run)) == [1, 2, 3, 4]

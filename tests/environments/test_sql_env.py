@@ -217,7 +217,7 @@ def test_connection_refuses_writes_without_the_statement_check(db, query, monkey
 def test_first_observation_is_short_and_complete(db):
     env = SQLEnv(database=str(db))
     obs, info = env.reset(options={"task": make_task(db, LISBON)})
-    assert "<sql>" in obs and "<solution>" in obs and "Example: <sql>" in obs
+    assert "<sql>" in obs and "<solution>" in obs and "e.g. <solution>SELECT" in obs
     assert "customers(" in obs and "orders(" in obs
     assert obs.rstrip().endswith("Turns left: 5")
     assert "How many customers live in Lisbon?" in obs

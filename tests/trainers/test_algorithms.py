@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from trainers.algorithms import clipped_policy_loss, grpo_advantages, kl_k3, linear_warmup_lr, masked_mean
+from trainers.algorithms import (
+    clipped_policy_loss,
+    grpo_advantages,
+    kl_k3,
+    linear_warmup_lr,
+    masked_mean,
+)
 
 
 def test_grpo_advantages_by_hand():
@@ -54,7 +60,9 @@ def test_on_policy_gradient_is_advantage_weighted_score():
 
 def test_k3_by_hand():
     # d = ref - logp = -1 - 0 = -1: e^-1 - (-1) - 1 = 0.367879
-    assert kl_k3(torch.tensor([0.0]), torch.tensor([-1.0])).item() == pytest.approx(0.367879, abs=1e-6)
+    assert kl_k3(torch.tensor([0.0]), torch.tensor([-1.0])).item() == pytest.approx(
+        0.367879, abs=1e-6
+    )
     assert kl_k3(torch.tensor([0.3]), torch.tensor([0.3])).item() == 0.0
 
 

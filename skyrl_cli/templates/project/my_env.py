@@ -41,8 +41,8 @@ class UnitsEnv(gym.Env):
 
     def __init__(self, max_turns: int = 2, **kwargs):
         self.max_turns = max_turns
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace()
+        self.observation_space = TextSpace(100_000)
+        self.action_space = TextSpace(100_000)
         self.task = None
         self.turns = 0
 

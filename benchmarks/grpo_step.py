@@ -1,0 +1,290 @@
+"""One GRPO step of skyrl vs one step of TRL's `GRPOTrainer`: same model, same work, on CPU.
+
+    python benchmarks/grpo_step.py --model smollm2-135m            # P=1 prompt x G=8, 32 tokens
+    python benchmarks/grpo_step.py --model tiny --only ours --steps 5
+    python benchmarks/grpo_step.py --model smollm2-135m --threads 1   # on a shared, busy CPU
+
+One step, on both sides: sample G completions of N tokens for each of P prompts at
+temperature 1.0, score them with the same reward (fraction of digit characters), compute
+group-relative advantages, one forward + backward over the P x G sequences, one AdamW step,
+and have the sampler see the new weights. Each side runs a warm-up step first (dropped),
+then the median of K timed steps is reported. Model loading is not timed.
+
+Why it is a fair comparison:
+  * Same model folder, float32, same prompts (rendered by the tokenizer's chat template),
+    same P, G, N, learning rate, clip (0.2), grad clip (1.0), no KL term / reference model
+    (TRL `beta=0.0`), one optimisation pass (`num_iterations=1`), constant LR, plain AdamW.
+  * Both sides produce exactly N tokens per completion, so the work is identical: TRL gets
+    `min_new_tokens=N` (EOS masked out of sampling); our engine is told EOS ends nothing
+    (`engine.eos_ids = []`), so a sampled EOS is just another token. Mean lengths are printed.
+  * TRL's gradient checkpointing (on by default in trl 1.x) is turned off: ours does not
+    checkpoint, and recomputing activations would only make TRL slower.
+  * Both compute a per-token entropy (for metrics) in the training forward.
+  * Ours is timed in-process, without Ray: in `skyrl train` Ray only places the engine and the
+    learner; the step's work is the same calls made here.
+  * Both sides run in one process with the same torch thread count. On a CPU that another
+    job keeps busy, use `--threads 1`: with 2 threads every op waits at a barrier for a
+    descheduled thread, and the timing measures the OS scheduler, not the step.
+Where it is not:
+  * Ours pre-fills a group's shared prompt once (engine and learner); TRL runs it G times.
+    That is a design difference being measured, not a handicap added to TRL.
+  * Ours pushes weights into a second model copy (`update_weights`); TRL samples from the
+    model it trains, so it has no such cost. The push is included in our time.
+  * Ours splits the step into micro-batches of G (one group each); TRL does P x G at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROMPTS = [
+    "What is 17 times 23? Show your working, then give the number.",
+    "A train travels 120 km in 1.5 hours. What is its average speed in km/h?",
+    "List the first ten prime numbers.",
+    "If x + 7 = 31, what is x? Answer with the number.",
+]
+LR = 1e-5
+
+
+def reward(text: str) -> float:
+    """Fraction of digit characters: cheap, deterministic, and varies across a group."""
+    return sum(c.isdigit() for c in text) / max(1, len(text))
+
+
+@dataclasses.dataclass
+class Result:
+    side: str
+    step_s: list[float]
+    """Wall time of each timed step (warm-up dropped)."""
+    completions: int
+    """Completions per step (P x G)."""
+    mean_len: float
+    """Mean completion length in tokens over the timed steps."""
+
+
+def _log_step(side: str, step: int, dt: float) -> None:
+    print(f"  {side:<5} step {step}: {dt:.2f}s{'  (warm-up)' if step == 0 else ''}", flush=True)
+
+
+# -- ours --------------------------------------------------------------------------------
+
+
+def run_ours(model_path: str, a: argparse.Namespace) -> Result:
+    import torch
+
+    from agents.chat import ChatFormat
+    from agents.engine import GenRequest
+    from agents.engine_hf import HFEngine
+    from trainers.algorithms import grpo_advantages
+    from trainers.config import build_config
+    from trainers.learner import Sample, TorchLearner
+
+    P, G, N = a.prompts, a.group, a.max_new_tokens
+    cfg = build_config(
+        [
+            {
+                "model": {"name": a.model},
+                "rollout": {
+                    "batch_size": P,
+                    "group_size": G,
+                    "max_new_tokens": N,
+                    "temperature": 1.0,
+                },
+                "algorithm": {"micro_batch_size": G, "kl_coef": 0.0, "epochs": 1},
+                "optim": {"lr": LR, "warmup_steps": 0},
+            }
+        ],
+        env_name="math",
+    )
+    engine = HFEngine(model_path)
+    engine.eos_ids = []  # a sampled EOS ends nothing: every completion is exactly N tokens
+    learner = TorchLearner(model_path, cfg)
+    chat = ChatFormat(engine.tokenizer)
+    prompts_P = [chat.prompt_ids([{"role": "user", "content": p}]) for p in PROMPTS[:P]]
+    # The learner may take `prompt_len` to run a group's shared prompt once.
+    has_prompt_len = "prompt_len" in {f.name for f in dataclasses.fields(Sample)}
+
+    times: list[float] = []
+    lens: list[int] = []
+    for step in range(a.steps + 1):
+        t0 = time.perf_counter()
+        reqs = [
+            GenRequest(prompt_ids=p, max_new_tokens=N, seed=step * 10_000 + i)
+            for i, p in enumerate(p for p in prompts_P for _ in range(G))
+        ]
+        results = engine.generate(reqs, temperature=1.0)
+        texts = [engine.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in results]
+        rewards_P_G = torch.tensor([reward(t) for t in texts]).view(P, G)
+        adv_PG = grpo_advantages(rewards_P_G).flatten().tolist()
+        samples = [
+            Sample(
+                token_ids=q.prompt_ids + r.token_ids,
+                loss_mask=[0] * len(q.prompt_ids) + [1] * len(r.token_ids),
+                advantage=adv,
+                **({"prompt_len": len(q.prompt_ids)} if has_prompt_len else {}),
+            )
+            for q, r, adv in zip(reqs, results, adv_PG, strict=True)
+        ]
+        learner.train_step(samples)
+        engine.update_weights(learner.state_dict(), step + 1)
+        dt = time.perf_counter() - t0
+        _log_step("skyrl", step, dt)
+        if step:
+            times.append(dt)
+            lens += [len(r.token_ids) for r in results]
+    return Result("skyrl", times, P * G, statistics.mean(lens))
+
+
+# -- TRL ---------------------------------------------------------------------------------
+
+
+def run_trl(model_path: str, a: argparse.Namespace) -> Result:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    P, G, N = a.prompts, a.group, a.max_new_tokens
+
+    class StepTimer(TrainerCallback):
+        """Wall time from on_step_begin to on_step_end: generation, reward, loss, optimizer."""
+
+        def __init__(self) -> None:
+            self.t0 = 0.0
+            self.times: list[float] = []
+            self.lens: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self.t0)
+            _log_step("trl", len(self.times) - 1, self.times[-1])
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs:
+                self.lens.append(logs["completions/mean_length"])
+
+    def digit_reward(completions, **kw) -> list[float | None]:
+        # Conversational prompts give completions as [{"role": "assistant", "content": ...}].
+        return [reward(c[0]["content"] if isinstance(c, list) else c) for c in completions]
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": p}] for p in PROMPTS[:P]]})
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out,
+            max_steps=a.steps + 1,
+            per_device_train_batch_size=P * G,  # one optimizer step = P x G completions
+            generation_batch_size=P * G,
+            gradient_accumulation_steps=1,
+            num_generations=G,
+            max_completion_length=N,
+            generation_kwargs={"min_new_tokens": N},  # exactly N tokens, like ours
+            temperature=1.0,
+            top_p=1.0,
+            beta=0.0,  # no reference model (ours: kl_coef 0)
+            num_iterations=1,
+            epsilon=0.2,
+            learning_rate=LR,
+            lr_scheduler_type="constant",
+            optim="adamw_torch",  # ours: torch.optim.AdamW
+            max_grad_norm=1.0,
+            gradient_checkpointing=False,  # on by default in trl 1.x; ours does not checkpoint
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            report_to=[],
+            logging_steps=1,
+            save_strategy="no",
+            dataloader_pin_memory=False,
+            disable_tqdm=True,
+            seed=0,
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=data,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        trainer.remove_callback(PrinterCallback)  # its per-step dicts would bury the table
+        trainer.train()
+    return Result("trl", timer.times[1:], P * G, statistics.mean(timer.lens[1:]))
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", choices=["tiny", "smollm2-135m"])
+    ap.add_argument("--prompts", type=int, default=1, help="P: distinct prompts per step")
+    ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="N: tokens per completion")
+    ap.add_argument("--steps", type=int, default=3, help="K: timed steps after one warm-up")
+    ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
+    ap.add_argument(
+        "--threads", type=int, default=0, help="torch threads, both sides (0 = torch's default)"
+    )
+    a = ap.parse_args()
+    if not 1 <= a.prompts <= len(PROMPTS):
+        ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+
+    import torch
+
+    from agents.models import resolve_model
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    path = str(resolve_model(a.model))
+    print(f"command: python {' '.join(sys.argv)}")
+    print(
+        f"env: torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"cpus {os.cpu_count()}, cuda {torch.cuda.is_available()}"
+    )
+    results: list[Result] = []
+    if a.only != "trl":
+        results.append(run_ours(path, a))
+    if a.only != "ours":
+        import trl
+
+        print(f"env: trl {trl.__version__}")
+        results.append(run_trl(path, a))
+
+    med = {r.side: statistics.median(r.step_s) for r in results}
+    table = [
+        ("model", "side", f"step_s (median of {a.steps})", "completions", "mean_len", "tokens/s")
+    ]
+    for r in results:
+        tps = r.completions * r.mean_len / med[r.side]
+        table.append(
+            (
+                a.model,
+                r.side,
+                f"{med[r.side]:.3f}",
+                str(r.completions),
+                f"{r.mean_len:.1f}",
+                f"{tps:.1f}",
+            )
+        )
+    print()
+    for cells in table:
+        print("{:<14} {:<6} {:>22} {:>12} {:>9} {:>9}".format(*cells))
+    if len(med) == 2:
+        print(f"ratio trl/skyrl: {med['trl'] / med['skyrl']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
