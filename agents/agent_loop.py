@@ -76,7 +76,7 @@ def run_episodes(
             room = budget.max_total_tokens - len(e.traj.token_ids)
             requests.append(
                 GenRequest(
-                    prompt_ids=e.traj.token_ids,
+                    prompt_ids=list(e.traj.token_ids),
                     max_new_tokens=max(1, min(budget.max_new_tokens, room)),
                     seed=episode_seed(e.seed, turn),
                     stop=tuple(getattr(e.env.unwrapped, "stop_strings", ())),

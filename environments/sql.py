@@ -168,6 +168,21 @@ def execution_match(
     return False
 
 
+def result_f1(gold_rows: Sequence[Sequence[Any]], pred_rows: Sequence[Sequence[Any]]) -> float:
+    """F1 between the multisets of cell values of two results (order and layout ignored).
+
+    A shaping signal for wrong answers: a query that returns the gold values among others
+    scores above zero, a query that returns unrelated values (a row count of the wrong
+    table, `SELECT 1`) scores zero."""
+    gold = Counter(_normalise(v) for row in gold_rows for v in row)
+    pred = Counter(_normalise(v) for row in pred_rows for v in row)
+    common = sum((gold & pred).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(pred.values()), common / sum(gold.values())
+    return 2 * precision * recall / (precision + recall)
+
+
 def _column_permutations(
     gold: list[tuple], pred: list[tuple], width: int, order_matters: bool
 ) -> Iterator[tuple[int, ...]]:
@@ -471,7 +486,7 @@ class SQLEnv(gym.Env):
         self.max_obs_chars = max_obs_chars
         self.response_prefix = response_prefix
         self.partial_credit = partial_credit
-        """Reward for a wrong <solution> that still executes (0 = pure execution match)."""
+        """Weight of the F1 shaping reward for a wrong <solution> (0 = pure execution match)."""
         """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
         self.action_space = TextSpace(MAX_ACTION_CHARS)
@@ -587,9 +602,15 @@ class SQLEnv(gym.Env):
                 f"Incorrect: {error}." if error else "Incorrect: the result does not match."
             )
         info = {"turns_left": self._turns_left, "error": error, "correct": correct}
-        # Optional shaping: a wrong answer that at least runs on this database earns a little,
-        # which gives a small model a gradient long before it gets answers right.
-        reward = 1.0 if correct else (self.partial_credit if error is None else 0.0)
+        # Optional shaping: a wrong answer earns partial_credit x (F1 of its values against the
+        # gold values), a gradient for a small model long before it gets answers right.
+        reward = 1.0
+        if not correct:
+            reward = (
+                self.partial_credit * result_f1(gold_rows, rows)
+                if error is None and self.partial_credit
+                else 0.0
+            )
         return _clip(observation, self.max_obs_chars), reward, True, False, info
 
     def close(self) -> None:

@@ -90,7 +90,7 @@ def init(
         layer = {
             "env": {"name": "my_env", "tasks": "tasks.jsonl", "max_turns": 2},
             "environments": {"my_env": "my_env.py:UnitsEnv"},
-            "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 32},
+            "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 32, "temperature": 0.7},
             "trainer": {"max_steps": 20},
             "eval": {"limit": 8},
         }

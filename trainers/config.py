@@ -81,7 +81,9 @@ class OptimConfig(_Section):
     lr: float = Field(1e-5, gt=0)
     """AdamW learning rate."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW moment decay rates (beta1, beta2)."""
     grad_clip: float = Field(1.0, gt=0)
     """Max global gradient norm."""
     warmup_steps: int = Field(0, ge=0)
@@ -150,11 +152,12 @@ class RunConfig(_Section):
 # The SQL preset is sized for a 2-core CPU (about 20 minutes with smollm2-135m).
 ENV_PRESETS: dict[str, dict[str, Any]] = {
     "sql": {
-        # The model starts each turn inside <solution> and earns 0.1 for a query that runs:
-        # SmolLM2-135M otherwise writes ```sql blocks and no episode ever earns a reward.
-        "env": {"max_turns": 2, "kwargs": {"response_prefix": "<solution>", "partial_credit": 0.1}},
-        "rollout": {"batch_size": 3, "group_size": 6, "max_new_tokens": 48, "temperature": 0.7},
-        "optim": {"lr": 2e-5},
+        # SmolLM2-135M never writes <solution> unprompted and almost never answers right
+        # (measured: 1 exact match in 240 samples), so each turn opens with the tag and a
+        # wrong answer earns 0.3 x F1 of its values against the gold values.
+        "env": {"max_turns": 2, "kwargs": {"response_prefix": "<solution>", "partial_credit": 0.3}},
+        "rollout": {"batch_size": 3, "group_size": 6, "max_new_tokens": 48, "temperature": 0.8},
+        "optim": {"lr": 1e-5},
         "trainer": {"max_steps": 30, "checkpoint_every": 10},
         "eval": {"limit": 48},
     },

@@ -23,6 +23,7 @@ from environments.sql import (
     gold_order_matters,
     open_read_only,
     parse_action,
+    result_f1,
 )
 from tasks.task import Task
 
@@ -489,3 +490,27 @@ def test_bundled_suite_gold_answers_score_one():
         _, reward, terminated, _, info = env.step(f"<solution>{task.answer}</solution>")
         assert (reward, terminated, info["correct"]) == (1.0, True, True), task.id
     env.close()
+
+
+def test_result_f1_by_hand():
+    # gold values {a, b}, predicted {a, c, d}: common 1, precision 1/3, recall 1/2 -> F1 0.4
+    assert result_f1([("a",), ("b",)], [("a",), ("c",), ("d",)]) == pytest.approx(0.4)
+    assert result_f1([(37,)], [(1200,)]) == 0.0
+    assert result_f1([(1, 2.0000001)], [(2.0, 1)]) == 1.0  # layout ignored, floats rounded
+
+
+def test_partial_credit_is_f1_shaping_for_wrong_answers_only(db):
+    task = make_task(db, "SELECT name FROM customers WHERE city = 'Lisbon'", "Who lives in Lisbon?")
+    env = SQLEnv(database=str(db), partial_credit=0.5)
+    env.reset(options={"task": task})
+    broad = env.step("<solution>SELECT name FROM customers</solution>")[1]
+    assert 0.0 < broad < 0.5  # the gold names are among the returned ones
+    env.reset(options={"task": task})
+    assert env.step("<solution>SELECT 1</solution>")[1] == 0.0
+    env.reset(options={"task": task})
+    assert env.step("<solution>SELECT nope FROM nowhere</solution>")[1] == 0.0
+    env.reset(options={"task": task})
+    assert env.step(f"<solution>{task.answer}</solution>")[1] == 1.0
+    plain = SQLEnv(database=str(db))  # the default is pure execution match
+    plain.reset(options={"task": task})
+    assert plain.step("<solution>SELECT name FROM customers</solution>")[1] == 0.0
