@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -192,8 +191,6 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     from trainers import sync
     from trainers.config import ConfigError
 
-    # SIGTERM behaves like Ctrl-C: record the stop, then exit.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     run.start_heartbeat()
     print(f"run directory: {run.path}", file=sys.stderr)
     try:

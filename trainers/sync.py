@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -168,6 +170,18 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         )
 
     # ---------------------------------------------------------------- the loop
+    # Ctrl-C (or SIGTERM) finishes the current step and checkpoints it; a second one stops at
+    # once. A flag, not an exception: the main thread may be inside ray.get when it arrives.
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        progress.note("stopping after this step (Ctrl-C again to stop at once)...")
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     progress = StepProgress(cfg.trainer.max_steps, done, progress.console)
     step_times: list[float] = []
     for step in range(done + 1, cfg.trainer.max_steps + 1):
@@ -226,7 +240,8 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         progress.step(step, metrics, eta)
 
         # 5. checkpoint: written to a temp dir, then renamed — complete or absent
-        if step % cfg.trainer.checkpoint_every == 0 or step == cfg.trainer.max_steps:
+        last = step == cfg.trainer.max_steps
+        if step % cfg.trainer.checkpoint_every == 0 or last or stop.is_set():
             save_checkpoint(
                 run,
                 learner,
@@ -236,6 +251,10 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
                 tracker.run_id,
                 cfg.trainer.keep_checkpoints,
             )
+        if stop.is_set():
+            progress.close()
+            tracker.close("KILLED")
+            raise KeyboardInterrupt
     progress.close()
 
     # ------------------------------------------------------------------ finish

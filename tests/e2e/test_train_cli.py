@@ -199,13 +199,13 @@ def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
     assert json.loads((killed / "status.json").read_text())["state"] == "finished"
 
 
-def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, ray_address):
+def test_ctrl_c_finishes_the_step_checkpoints_it_and_resumes(tmp_path, ray_address):
     args = [
         *TINY_MATH,
         "--max-steps",
-        "40",
+        "500",
         "--set",
-        "trainer.checkpoint_every=1",
+        "trainer.checkpoint_every=100",
         "--set",
         "eval.limit=0",
         "--run-name",
@@ -221,7 +221,7 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, ray_address):
         text=True,
     )
     deadline = time.time() + 300
-    while not list((tmp_path / "runs").glob("intr-*/checkpoints/step-000002")):
+    while not list((tmp_path / "runs").glob("intr-*/rollouts/step-000002.jsonl")):
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.05)
     proc.send_signal(2)  # SIGINT, as Ctrl-C
@@ -229,16 +229,21 @@ def test_ctrl_c_stops_cleanly_and_resumes(tmp_path, ray_address):
     assert proc.returncode == 130, err
     assert "skyrl train --resume" in err and "Traceback" not in err
     (run,) = (tmp_path / "runs").glob("intr-*")
-    assert json.loads((run / "status.json").read_text())["state"] == "stopped"
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "stopped"
+    stopped_at = status["step"]
+    # the step in flight was finished and checkpointed: nothing is lost
+    assert (run / "checkpoints" / f"step-{stopped_at:06d}" / "trainer_state.json").exists()
+    assert sorted(_metrics(run)) == list(range(1, stopped_at + 1))
     assert "stopped" in skyrl("runs", cwd=tmp_path).stdout
     skyrl(
         "train",
         "--resume",
         str(run),
         "--max-steps",
-        "4",
+        str(stopped_at + 2),
         "--ray-address",
         ray_address,
         cwd=tmp_path,
     )
-    assert sorted(_metrics(run)) == [1, 2, 3, 4]
+    assert sorted(_metrics(run)) == list(range(1, stopped_at + 3))
