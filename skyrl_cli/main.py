@@ -7,6 +7,7 @@ import typer
 from skyrl_cli import init as init_cmd
 from skyrl_cli import runs as runs_cmd
 from skyrl_cli import train as train_cmd
+from skyrl_cli import watch as watch_cmd
 
 app = typer.Typer(
     name="skyrl",
@@ -29,6 +30,7 @@ Examples:
 app.command("init")(init_cmd.init)
 app.command("train")(train_cmd.train)
 app.command("runs")(runs_cmd.runs)
+app.command("watch")(watch_cmd.watch)
 
 
 def main() -> None:

@@ -1,0 +1,312 @@
+"""Read run directories (docs/run-format.md) with nothing but JSON and YAML parsers.
+
+The watch UI and `skyrl watch --once` read runs only through this module. It imports
+nothing of skyrl's: the format document is the contract, so a run written by any version
+of the trainer (or by hand, in a test) reads the same.
+
+`RunReader.refresh()` is incremental: `metrics.jsonl` is tailed from a remembered byte
+offset and only `rollouts/step-*.jsonl` files not seen before are parsed, so polling it
+once a second costs a `stat` or two when nothing changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+STALE_S = 60.0
+"""A `running` run whose heartbeat is older than this died without saying so."""
+
+KEEP_ROLLOUTS = 2000
+"""Most recent trajectories kept in memory per run."""
+
+_HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs")
+"""Per-token arrays the UI never shows; dropped after parsing to keep memory flat."""
+
+
+def run_state(status: dict[str, Any]) -> str:
+    """`running` only while the heartbeat is fresh and the pid lives; else `stale`.
+
+    Same rule as `skyrl_cli/runs.py::run_state`, copied so tui/ imports nothing of ours.
+    """
+    state = str(status.get("state", "unknown"))
+    if state != "running":
+        return state
+    try:
+        heartbeat = float(status.get("heartbeat", 0))
+    except (TypeError, ValueError):
+        heartbeat = 0.0
+    if time.time() - heartbeat > STALE_S:
+        return "stale"
+    pid = status.get("pid")
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "stale"
+        except PermissionError:
+            pass
+    return state
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run directory holds a `config.yaml` or a `status.json`."""
+    return path.is_dir() and ((path / "config.yaml").exists() or (path / "status.json").exists())
+
+
+@dataclass
+class RunSummary:
+    """One row of the runs list."""
+
+    id: str
+    path: Path
+    env: str
+    model: str
+    state: str
+    step: int
+    max_steps: int | None
+    last_reward: float | None
+    error: str | None
+
+
+def summarize(path: Path) -> RunSummary:
+    """Read a run's status and config into one list row."""
+    status = _read_json(path / "status.json")
+    cfg = _read_yaml(path / "config.yaml")
+    max_steps = status.get("max_steps", (cfg.get("trainer") or {}).get("max_steps"))
+    return RunSummary(
+        id=path.name,
+        path=path,
+        env=str(status.get("env") or (cfg.get("env") or {}).get("name") or "?"),
+        model=str(status.get("model") or (cfg.get("model") or {}).get("name") or "?"),
+        state=run_state(status) if status else "unknown",
+        step=int(status.get("step") or 0),
+        max_steps=int(max_steps) if isinstance(max_steps, int) else None,
+        last_reward=status.get("last_reward"),
+        error=status.get("error"),
+    )
+
+
+def list_runs(runs_dir: Path) -> list[RunSummary]:
+    """Every run under `runs_dir`, oldest first (by folder mtime)."""
+    if not runs_dir.is_dir():
+        return []
+    dirs = [p for p in runs_dir.iterdir() if is_run_dir(p)]
+    return [summarize(p) for p in sorted(dirs, key=lambda p: (p.stat().st_mtime, p.name))]
+
+
+def latest_run(runs_dir: Path) -> Path | None:
+    """The most recently modified run under `runs_dir`, if any."""
+    runs = list_runs(runs_dir)
+    return runs[-1].path if runs else None
+
+
+def parse_utc(stamp: Any) -> float | None:
+    """`2026-11-30T15:42:44Z` -> Unix time; None for anything else."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def last_assistant_text(traj: dict[str, Any]) -> str:
+    """The text of the trajectory's last model turn ('' when it has none)."""
+    for turn in reversed(traj.get("turns") or []):
+        if isinstance(turn, dict) and turn.get("role") == "assistant":
+            return str(turn.get("text", ""))
+    return ""
+
+
+class RunReader:
+    """The live state of one run directory, refreshed incrementally by `refresh()`."""
+
+    def __init__(self, path: Path, keep: int = KEEP_ROLLOUTS) -> None:
+        self.path = path
+        self.keep = keep
+        self.config: dict[str, Any] = {}
+        self.status: dict[str, Any] = {}
+        self.metrics: list[dict[str, Any]] = []
+        """One dict per step, unique and increasing steps (a resume's rewrite replaces)."""
+        self.rollouts: deque[dict[str, Any]] = deque(maxlen=keep)
+        """The most recent `keep` trajectories, oldest first, without per-token arrays."""
+        self.rollout_files = 0
+        """How many `rollouts/step-*.jsonl` files have been seen."""
+        self._metrics_offset = 0
+        self._metrics_inode: int | None = None
+        self._seen_files: set[str] = set()
+        self._status_mtime: float | None = None
+        self._config_mtime: float | None = None
+        self.refresh()
+
+    # -- derived views -------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return run_state(self.status) if self.status else "unknown"
+
+    @property
+    def step(self) -> int:
+        step = self.status.get("step")
+        if isinstance(step, int):
+            return step
+        return int(self.metrics[-1].get("step", 0)) if self.metrics else 0
+
+    @property
+    def max_steps(self) -> int | None:
+        value = self.status.get("max_steps", (self.config.get("trainer") or {}).get("max_steps"))
+        return value if isinstance(value, int) else None
+
+    @property
+    def last_metrics(self) -> dict[str, Any]:
+        return self.metrics[-1] if self.metrics else {}
+
+    def elapsed(self, now: float | None = None) -> float | None:
+        """Seconds from `started` to `finished` (or now, while it runs)."""
+        start = parse_utc(self.status.get("started"))
+        if start is None:
+            return None
+        end = parse_utc(self.status.get("finished"))
+        if end is None:
+            end = now if now is not None else time.time()
+        return max(0.0, end - start)
+
+    # -- refresh -------------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Read whatever changed since the last call; True when anything did."""
+        changed = self._refresh_files()
+        changed |= self._tail_metrics()
+        changed |= self._load_new_rollouts()
+        return changed
+
+    def _refresh_files(self) -> bool:
+        changed = False
+        mtime = _mtime(self.path / "status.json")
+        if mtime != self._status_mtime:
+            self._status_mtime = mtime
+            self.status = _read_json(self.path / "status.json")
+            changed = True
+        mtime = _mtime(self.path / "config.yaml")
+        if mtime != self._config_mtime:
+            self._config_mtime = mtime
+            self.config = _read_yaml(self.path / "config.yaml")
+            changed = True
+        return changed
+
+    def _tail_metrics(self) -> bool:
+        path = self.path / "metrics.jsonl"
+        try:
+            st = path.stat()
+        except OSError:
+            return False
+        # A replaced or truncated file (resume rewrites it) is read again from the start.
+        if st.st_ino != self._metrics_inode or st.st_size < self._metrics_offset:
+            self._metrics_inode = st.st_ino
+            self._metrics_offset = 0
+            self.metrics = []
+        if st.st_size == self._metrics_offset:
+            return False
+        with path.open("rb") as f:
+            f.seek(self._metrics_offset)
+            data = f.read(st.st_size - self._metrics_offset)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return False  # only a torn (still being written) line so far
+        self._metrics_offset += end + 1
+        changed = False
+        for line in data[:end].splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # the torn tail of a killed writer, completed by a later newline
+            if not isinstance(rec, dict):
+                continue
+            self._add_metric(rec)
+            changed = True
+        return changed
+
+    def _add_metric(self, rec: dict[str, Any]) -> None:
+        step = rec.get("step")
+        if isinstance(step, int):
+            # After a resume, steps are written again: drop what they replace.
+            while self.metrics and int(self.metrics[-1].get("step", 0)) >= step:
+                self.metrics.pop()
+        self.metrics.append(rec)
+
+    def _load_new_rollouts(self) -> bool:
+        folder = self.path / "rollouts"
+        try:
+            names = [
+                n for n in os.listdir(folder) if n.startswith("step-") and n.endswith(".jsonl")
+            ]
+        except OSError:
+            return False
+        new = sorted(n for n in names if n not in self._seen_files)
+        if not new:
+            return False
+        self._seen_files.update(new)
+        self.rollout_files = len(self._seen_files)
+        # Newest first, stopping once `keep` are in hand: opening a long run parses only
+        # the files whose trajectories we will actually keep.
+        batches: list[list[dict[str, Any]]] = []
+        wanted = self.keep
+        for name in reversed(new):
+            batch = _read_rollouts(folder / name)
+            batches.append(batch[-wanted:])
+            wanted -= len(batches[-1])
+            if wanted <= 0:
+                break
+        for batch in reversed(batches):
+            self.rollouts.extend(batch)
+        return True
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns / 1e9
+    except OSError:
+        return None
+
+
+def _read_rollouts(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            for key in _HEAVY_KEYS:
+                rec.pop(key, None)
+            out.append(rec)
+    return out
