@@ -61,6 +61,10 @@ def train(
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Join an existing Ray cluster.")
     ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch", help="Train in the background and open the live UI on the run."),
+    ] = False,
 ) -> None:
     """Train a policy with GRPO (sync schedule) on an environment's tasks."""
     from trainers.config import ConfigError
@@ -81,6 +85,9 @@ def train(
         )
     except (ConfigError, ValueError) as e:
         fail(str(e))
+    if watch:
+        _train_in_background_and_watch(run, ray_address)
+        return
     _run(cfg, run, resume is not None)
 
 
@@ -175,6 +182,29 @@ def _prepare(
     run.create()
     save_config(cfg, run.path / "config.yaml")
     return cfg, run
+
+
+def _train_in_background_and_watch(run: Any, ray_address: str | None) -> None:
+    """Start `skyrl train --resume RUN` detached (closing the UI leaves it running), then watch."""
+    import subprocess
+
+    log = run.path / "train.log"
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "train", "--resume", str(run.path)]
+    if ray_address:
+        cmd += ["--ray-address", ray_address]
+    with open(log, "ab") as out:
+        child = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    from tui.app import WatchApp
+
+    WatchApp(runs_dir=run.path.parent, run_dir=run.path).run()
+    print(f"training continues in the background (pid {child.pid}); log: {log}")
+    print(f"follow it with: skyrl watch {run.path}   stop it with: kill -INT {child.pid}")
 
 
 def _alive(pid: Any) -> bool:

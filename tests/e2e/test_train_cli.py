@@ -129,6 +129,8 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
         assert (d / "model" / "config.json").exists() and (d / "optimizer.pt").exists()
         assert json.loads((d / "trainer_state.json").read_text())["step"] == int(c[-6:])
     assert json.loads((run / "eval" / "after.json").read_text())["n"] == 4
+    summary = skyrl("watch", "--once", str(run), cwd=tmp_path).stdout
+    assert "finished" in summary and "3/3" in summary and "reward" in summary
 
     os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
     import mlflow
@@ -247,3 +249,36 @@ def test_ctrl_c_finishes_the_step_checkpoints_it_and_resumes(tmp_path, ray_addre
         cwd=tmp_path,
     )
     assert sorted(_metrics(run)) == list(range(1, stopped_at + 3))
+
+
+def test_train_watch_trains_in_the_background(tmp_path, ray_address, monkeypatch):
+    """`--watch` opens the UI (replaced here: a test has no terminal) and training goes on without it."""
+    from typer.testing import CliRunner
+
+    import tui.app
+    from skyrl_cli.main import app
+
+    opened = []
+    monkeypatch.setattr(tui.app.WatchApp, "run", lambda self, *a, **k: opened.append(self))
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "train",
+        *TINY_MATH,
+        "--max-steps",
+        "2",
+        "--set",
+        "eval.limit=0",
+        "--ray-address",
+        ray_address,
+        "--watch",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert len(opened) == 1 and "training continues in the background" in result.output
+    (run,) = (tmp_path / "runs").glob("math-*")
+    deadline = time.time() + 300
+    status = run / "status.json"
+    while not status.exists() or json.loads(status.read_text()).get("state") != "finished":
+        assert time.time() < deadline, (run / "train.log").read_text()
+        time.sleep(0.5)
+    assert sorted(_metrics(run)) == [1, 2]
