@@ -12,17 +12,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from tui.chart import LineChart
 from tui.reader import RunReader, last_assistant_text, list_runs
 from tui.summary import fmt, fmt_duration, shorten
+from tui.trajectory import TrajectoryScreen
 
 POLL_S = 1.0
 MAX_ROWS = 500
@@ -41,7 +41,11 @@ HELP = """\
 
   [b]Enter[/b]    open the selected run / rollout
   [b]Esc[/b]      back
-  [b]/[/b]        filter rollouts (task, stop reason, error, answer)
+  [b]/[/b]        filter rollouts (task, stop reason, error, answer;
+           [b]task:ID[/b] matches one task exactly)
+  [b]z[/b]        only rollouts with reward 0
+  [b]x[/b]        only failed rollouts (with an error)
+  [b]g[/b]        next chart: reward, response length, KL, entropy, loss
   [b]s[/b]        sort rollouts by the next column (click a header too)
   [b]r[/b]        reverse the sort
   [b]f[/b]        follow: keep the newest rollout selected
@@ -134,10 +138,32 @@ _SORT_KEYS = {
 }
 
 
+CHARTS: tuple[tuple[str, tuple[str, str] | None], ...] = (
+    ("reward/mean", ("reward/min", "reward/max")),
+    ("response_len/mean", None),
+    ("kl", None),
+    ("entropy", None),
+    ("loss", None),
+)
+"""The series `g` cycles through, each with the metrics of its min..max band, if any."""
+
+ZERO_EPS = 1e-9
+"""|reward| below this counts as zero for the `z` filter."""
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def matches(traj: dict[str, Any], needle: str) -> bool:
-    """Case-insensitive substring match on task, stop reason, error and final answer."""
+    """`task:ID` matches that task id exactly; anything else is a case-insensitive
+    substring match on task, stop reason, error and final answer."""
     if not needle:
         return True
+    if needle.startswith("task:"):
+        return str(traj.get("task_id", "")) == needle.removeprefix("task:").strip()
     hay = (
         " ".join(str(traj.get(k) or "") for k in ("task_id", "stop_reason", "error"))
         + " "
@@ -156,6 +182,9 @@ class RunScreen(Screen[None]):
         Binding("slash", "filter", "filter"),
         Binding("s", "sort", "sort"),
         Binding("r", "reverse", "reverse", show=False),
+        Binding("g", "next_chart", "chart"),
+        Binding("z", "zero_reward", "reward=0", show=False),
+        Binding("x", "failed_only", "failed", show=False),
     ]
 
     def __init__(self, path: Path) -> None:
@@ -165,11 +194,18 @@ class RunScreen(Screen[None]):
         self.sort_by = "step"
         self.sort_reverse = False
         self.shown: list[dict[str, Any]] = []
+        self.chart_index = 0
+        """Which of `CHARTS` is drawn."""
+        self.zero_only = False
+        """`z`: only rollouts whose reward is 0."""
+        self.failed_only = False
+        """`x`: only rollouts that failed (`error` set)."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
         yield LineChart("reward/mean", id="chart")
         yield Input(placeholder="/ filter: task, stop reason, error, answer", id="filter")
+        yield Static(id="rollouts-status")
         yield DataTable(id="rollouts", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
@@ -191,13 +227,25 @@ class RunScreen(Screen[None]):
 
     def redraw(self) -> None:
         self.draw_header()
-        chart = self.query_one(LineChart)
-        chart.values = [
-            float(m["reward/mean"])
-            for m in self.reader.metrics
-            if isinstance(m.get("reward/mean"), int | float)
-        ]
+        self.draw_chart()
         self.draw_rollouts()
+
+    def draw_chart(self) -> None:
+        key, band = CHARTS[self.chart_index]
+        values: list[float] = []
+        lows_highs: list[tuple[float, float]] = []
+        for m in self.reader.metrics:
+            v = _num(m.get(key))
+            if v is None:
+                continue
+            values.append(v)
+            if band:
+                lo, hi = _num(m.get(band[0])), _num(m.get(band[1]))
+                lows_highs.append((v if lo is None else lo, v if hi is None else hi))
+        chart = self.query_one(LineChart)
+        chart.title = key
+        chart.band = lows_highs
+        chart.values = values
 
     def draw_header(self) -> None:
         r = self.reader
@@ -209,20 +257,31 @@ class RunScreen(Screen[None]):
             styled_state(state),
             f"  step {r.step}/{r.max_steps or '?'}",
             f"  elapsed {fmt_duration(r.elapsed())}",
-            f"\nreward {fmt(m.get('reward/mean'))}",
-            f"  loss {fmt(m.get('loss'), '.4f')}",
-            f"  entropy {fmt(m.get('entropy'))}",
-            f"  {fmt(m.get('perf/episodes_per_s'), '.2f')} ep/s",
-            f"  {fmt(m.get('perf/tokens_per_s'), '.0f')} tok/s",
-            ("  follow" if self.follow else "", "cyan"),
+        )
+        eta = r.eta()
+        if eta is not None:
+            text.append(f"  eta {fmt_duration(eta)}")
+        text.append(
+            f"\nreward {fmt(m.get('reward/mean'))}"
+            f"  loss {fmt(m.get('loss'), '.4f')}"
+            f"  entropy {fmt(m.get('entropy'))}"
+            f"  {fmt(m.get('perf/episodes_per_s'), '.2f')} episodes/s"
+            f"  {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         )
         if r.status.get("error") and state in ("failed", "stopped"):
-            text.append(f"\n{shorten(str(r.status['error']), 200)}", style="red")
+            text.append(f"\nerror: {shorten(str(r.status['error']), 200)}", style="bold red")
         self.query_one("#run-header", Static).update(text)
 
     def draw_rollouts(self) -> None:
         needle = self.query_one("#filter", Input).value.strip()
-        rows = [t for t in self.reader.rollouts if matches(t, needle)]
+        rows = [
+            t
+            for t in self.reader.rollouts
+            if matches(t, needle)
+            and (not self.zero_only or abs(_num(t.get("reward")) or 0.0) < ZERO_EPS)
+            and (not self.failed_only or t.get("error"))
+        ]
+        total = len(rows)
         rows.sort(key=_SORT_KEYS[self.sort_by], reverse=self.sort_reverse)
         # Keep the newest end of the ordering: the most recent rows in the default order.
         rows = rows[:MAX_ROWS] if self.sort_reverse else rows[-MAX_ROWS:]
@@ -245,9 +304,29 @@ class RunScreen(Screen[None]):
             arrow = (" ▼" if self.sort_reverse else " ▲") if name == self.sort_by else "  "
             table.columns[name].label = Text(name + arrow)  # type: ignore[index]
         table.refresh(layout=True)
+        self.draw_status(needle, total)
         if rows:
             newest = 0 if self.sort_reverse else len(rows) - 1
             table.move_cursor(row=newest if self.follow else min(cursor, len(rows) - 1))
+
+    def draw_status(self, needle: str, total: int) -> None:
+        """The line above the table: how many rollouts match, and every active filter."""
+        filters = [
+            name
+            for name, on in (
+                ("reward=0", self.zero_only),
+                ("failed", self.failed_only),
+                (f"'{needle}'", bool(needle)),
+            )
+            if on
+        ]
+        text = Text(f"{total} of {len(self.reader.rollouts)} rollouts")
+        if filters:
+            text.append("  filters: ")
+            text.append("  ".join(filters), style="bold yellow")
+        if self.follow:
+            text.append("  follow", style="cyan")
+        self.query_one("#rollouts-status", Static).update(text)
 
     # -- actions -------------------------------------------------------------------------
 
@@ -267,9 +346,10 @@ class RunScreen(Screen[None]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if 0 <= event.cursor_row < len(self.shown):
+            traj = self.shown[event.cursor_row]
             self.follow = False
-            self.draw_header()
-            self.app.push_screen(TrajectoryScreen(self.shown[event.cursor_row]))
+            self.draw_rollouts()
+            self.app.push_screen(TrajectoryScreen(traj))
 
     def action_back(self) -> None:
         focused = self.focused
@@ -286,7 +366,18 @@ class RunScreen(Screen[None]):
     def action_follow(self) -> None:
         self.follow = not self.follow
         self.draw_rollouts()
-        self.draw_header()
+
+    def action_next_chart(self) -> None:
+        self.chart_index = (self.chart_index + 1) % len(CHARTS)
+        self.draw_chart()
+
+    def action_zero_reward(self) -> None:
+        self.zero_only = not self.zero_only
+        self.draw_rollouts()
+
+    def action_failed_only(self) -> None:
+        self.failed_only = not self.failed_only
+        self.draw_rollouts()
 
     def action_filter(self) -> None:
         self.query_one("#filter", Input).focus()
@@ -299,39 +390,6 @@ class RunScreen(Screen[None]):
     def action_reverse(self) -> None:
         self.sort_reverse = not self.sort_reverse
         self.draw_rollouts()
-
-
-class TrajectoryScreen(Screen[None]):
-    """Every turn of one trajectory, styled by role; errors in red."""
-
-    BINDINGS = [Binding("escape", "app.pop_screen", "back")]
-
-    def __init__(self, traj: dict[str, Any]) -> None:
-        super().__init__()
-        self.traj = traj
-
-    def compose(self) -> ComposeResult:
-        t = self.traj
-        yield Static(
-            Text.assemble(
-                (f"step {t.get('step', '?')}  task {t.get('task_id', '?')}", "bold"),
-                f"  reward {fmt(t.get('reward'), '+.3f')}",
-                f"  turns {t.get('num_turns', '?')}  length {t.get('response_len', '?')}",
-                f"  stop {t.get('stop_reason', '?')}",
-            ),
-            id="traj-header",
-        )
-        with VerticalScroll(id="turns"):
-            if t.get("error"):
-                yield Static(f"error: {escape(str(t['error']))}", classes="turn error")
-            for turn in t.get("turns") or []:
-                role = str(turn.get("role", "?"))
-                with Vertical(classes=f"turn role-{role}"):
-                    yield Static(role, classes="role")
-                    yield Static(Text(str(turn.get("text", ""))), classes="text")
-            if t.get("info"):
-                yield Static(Text(f"info: {t['info']}"), classes="turn info")
-        yield Footer()
 
 
 class ConfigScreen(Screen[None]):

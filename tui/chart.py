@@ -33,29 +33,69 @@ def resample(values: list[float], n: int) -> list[float]:
     return out
 
 
-def braille_lines(values: list[float], width: int, height: int, lo: float, hi: float) -> list[str]:
-    """Draw `values` left to right on a `width` x `height` cell grid, `lo` at the bottom."""
-    cols, rows = width * 2, height * 4
-    grid = [[0] * width for _ in range(height)]
-    points = resample(values, cols)
+def _dot_grid(width: int, height: int) -> list[list[int]]:
+    return [[0] * width for _ in range(height)]
+
+
+def _y_of(v: float, rows: int, lo: float, hi: float) -> int:
     span = (hi - lo) or 1.0
+    return min(rows - 1, max(0, round((hi - v) / span * (rows - 1))))
 
-    def y_of(v: float) -> int:
-        return min(rows - 1, max(0, round((hi - v) / span * (rows - 1))))
 
+def line_grid(
+    values: list[float], width: int, height: int, lo: float, hi: float
+) -> list[list[int]]:
+    """Braille bits per cell of `values` drawn left to right, `lo` at the bottom."""
+    cols, rows = width * 2, height * 4
+    grid = _dot_grid(width, height)
     prev: int | None = None
-    for x, v in enumerate(points):
-        y = y_of(v)
+    for x, v in enumerate(resample(values, cols)):
+        y = _y_of(v, rows, lo, hi)
         # Join to the previous point with a vertical run, so steep changes stay connected.
         top, bottom = (y, y) if prev is None else (min(y, prev), max(y, prev))
         for yy in range(top, bottom + 1):
             grid[yy // 4][x // 2] |= _DOTS[yy % 4][x % 2]
         prev = y
-    return ["".join(chr(0x2800 + c) if c else " " for c in row) for row in grid]
+    return grid
+
+
+def band_grid(
+    lows: list[float], highs: list[float], width: int, height: int, lo: float, hi: float
+) -> list[list[int]]:
+    """Braille bits per cell of the area between `lows` and `highs`, filled."""
+    cols, rows = width * 2, height * 4
+    grid = _dot_grid(width, height)
+    for x, (a, b) in enumerate(zip(resample(lows, cols), resample(highs, cols), strict=True)):
+        top, bottom = sorted((_y_of(a, rows, lo, hi), _y_of(b, rows, lo, hi)))
+        for yy in range(top, bottom + 1):
+            grid[yy // 4][x // 2] |= _DOTS[yy % 4][x % 2]
+    return grid
+
+
+def _cells(row: list[int]) -> str:
+    return "".join(chr(0x2800 + c) if c else " " for c in row)
+
+
+def braille_lines(values: list[float], width: int, height: int, lo: float, hi: float) -> list[str]:
+    """Draw `values` left to right on a `width` x `height` cell grid, `lo` at the bottom."""
+    return [_cells(row) for row in line_grid(values, width, height, lo, hi)]
+
+
+def num(v: float) -> str:
+    """3 decimals for small values (rewards, losses), 1 for large ones (token counts)."""
+    return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+LINE_STYLE = "green"
+BAND_STYLE = "dim green"
+"""The band (e.g. reward min..max) is dimmer than the mean line drawn over it."""
 
 
 class LineChart(Widget):
-    """A titled line chart of one series; set `values` to redraw."""
+    """A titled line chart of one series, with an optional min..max band under it.
+
+    Set `title`, `band` and then `values` (the reactive that redraws).
+    """
 
     DEFAULT_CSS = """
     LineChart { height: 8; }
@@ -66,6 +106,8 @@ class LineChart(Widget):
     def __init__(self, title: str = "", *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.title = title
+        self.band: list[tuple[float, float]] = []
+        """(low, high) per step, the same length as `values`; empty for no band."""
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
@@ -75,16 +117,34 @@ class LineChart(Widget):
         if not values:
             text.append("  (no data yet)", style="dim")
             return text
-        lo, hi = min(values), max(values)
-        text.append(f"  last {values[-1]:.3f}  min {lo:.3f}  max {hi:.3f}  ({len(values)} steps)")
+        band = self.band if len(self.band) == len(values) else []
+        lows, highs = [b[0] for b in band], [b[1] for b in band]
+        lo, hi = min(values + lows), max(values + highs)
+        if hi == lo:  # a flat series: draw it across the middle, not along the top
+            lo, hi = lo - 1, hi + 1
+        text.append(
+            f"  last {num(values[-1])}  min {num(min(values))}  max {num(max(values))}"
+            f"  ({len(values)} steps)"
+        )
+        if band:
+            text.append("  ▒ min..max", style=BAND_STYLE)
         label_w = 7
         plot_h, plot_w = max(1, height - 1), max(2, width - label_w - 1)
-        lines = braille_lines(values, plot_w, plot_h, lo, hi)
-        for i, line in enumerate(lines):
-            label = f"{hi:>{label_w}.3f}" if i == 0 else ""
-            if i == len(lines) - 1 and len(lines) > 1:
-                label = f"{lo:>{label_w}.3f}"
+        line = line_grid(values, plot_w, plot_h, lo, hi)
+        under = band_grid(lows, highs, plot_w, plot_h, lo, hi) if band else None
+        for i, row in enumerate(line):
+            label = num(hi) if i == 0 else ""
+            if i == len(line) - 1 and len(line) > 1:
+                label = num(lo)
             text.append("\n" + f"{label:>{label_w}}", style="dim")
             text.append("┤" if label else "│", style="dim")
-            text.append(line, style="green")
+            if under is None:
+                text.append(_cells(row), style=LINE_STYLE)
+                continue
+            # The line wins a cell it touches; elsewhere the band shows, dimmer.
+            for bits, band_bits in zip(row, under[i], strict=True):
+                if bits:
+                    text.append(chr(0x2800 + bits), style=LINE_STYLE)
+                else:
+                    text.append(chr(0x2800 + band_bits) if band_bits else " ", style=BAND_STYLE)
         return text

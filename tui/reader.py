@@ -196,6 +196,20 @@ class RunReader:
             end = now if now is not None else time.time()
         return max(0.0, end - start)
 
+    def eta(self, window: int = 5) -> float | None:
+        """Seconds left while `running`: remaining steps x mean `time/step` of the last
+        `window` steps. None when not running or nothing to estimate from."""
+        if self.state != "running" or self.max_steps is None:
+            return None
+        times = [
+            float(v)
+            for m in self.metrics[-window:]
+            if isinstance(v := m.get("time/step"), int | float) and not isinstance(v, bool)
+        ]
+        if not times:
+            return None
+        return max(0, self.max_steps - self.step) * sum(times) / len(times)
+
     # -- refresh -------------------------------------------------------------------------
 
     def refresh(self) -> bool:

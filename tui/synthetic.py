@@ -55,7 +55,7 @@ def metric(step: int, t: float) -> dict[str, Any]:
         "grad_norm": 0.7,
         "lr": 1e-5,
         "trained_tokens": 4000,
-        "response_len/mean": 120.0,
+        "response_len/mean": round(120 - 40 * (1 - math.exp(-step / 10)), 1),
         "response_len/max": 256,
         "turns/mean": 2.5,
         "episodes": 16,
@@ -83,7 +83,13 @@ def trajectory(step: int, i: int, rng: random.Random, tokens: int = 64) -> dict[
             "role": "assistant",
             "text": "SELECT strftime('%m', placed) AS m, COUNT(*) FROM orders GROUP BY m;",
         },
-        {"role": "user", "text": "m | COUNT(*)\n01 | 120\n02 | 98"},
+        # The SQL environment's observation: `format_table` output, then the turns left.
+        {
+            "role": "user",
+            "text": "Error: no such column: foo\nTurns left: 2"
+            if error
+            else "m | COUNT(*)\n01 | 120\n02 | 98\n(2 rows)\nTurns left: 2",
+        },
         {"role": "assistant", "text": f"The answer is 12 rows (step {step}, sample {i})."},
     ]
     mask = [0] * 20 + [1] * (tokens - 20)
@@ -152,7 +158,7 @@ def make_run(
     run = runs_dir / run_id
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.yaml").write_text(yaml.safe_dump(config(env, model, max_steps)))
-    now = time.time()
+    now = float(math.ceil(time.time()))  # whole seconds: a finished run's elapsed is fixed
     t0 = now - 11.5 * steps
     with (run / "metrics.jsonl").open("w") as f:
         for s in range(1, steps + 1):

@@ -39,3 +39,13 @@ def test_run_view(snap_compare, finished_runs: Path) -> None:
 def test_trajectory(snap_compare, finished_runs: Path) -> None:
     app = WatchApp(run_dir=finished_runs / "math-20261130-100000")
     assert snap_compare(app, press=["slash", *"error", "enter", "enter"], terminal_size=SIZE)
+
+
+def test_trajectory_with_result_table(snap_compare, finished_runs: Path) -> None:
+    app = WatchApp(run_dir=finished_runs / "math-20261130-100000")
+    assert snap_compare(app, press=["enter"], terminal_size=SIZE)
+
+
+def test_run_view_failed_and_filtered(snap_compare, finished_runs: Path) -> None:
+    app = WatchApp(run_dir=finished_runs / "sql-20261130-110000")
+    assert snap_compare(app, press=["g", "z"], terminal_size=SIZE)
