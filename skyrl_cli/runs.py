@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-STALE_S = 60.0
-
-
-def run_state(status: dict[str, Any]) -> str:
-    """`running` only while the heartbeat is fresh; a killed trainer shows as `stale`."""
-    state = status.get("state", "unknown")
-    if state == "running" and time.time() - float(status.get("heartbeat", 0)) > STALE_S:
-        return "stale"
-    if state == "running" and isinstance(status.get("pid"), int):
-        try:
-            os.kill(status["pid"], 0)
-        except ProcessLookupError:
-            return "stale"
-        except PermissionError:
-            pass
-    return state
+from tui.reader import run_state  # one "is this run alive" rule, shared with the watch UI
 
 
 def read_run(path: Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ _HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs")
 def run_state(status: dict[str, Any]) -> str:
     """`running` only while the heartbeat is fresh and the pid lives; else `stale`.
 
-    Same rule as `skyrl_cli/runs.py::run_state`, copied so tui/ imports nothing of ours.
+    `skyrl runs` uses this same function.
     """
     state = str(status.get("state", "unknown"))
     if state != "running":
