@@ -17,25 +17,29 @@ from rich.progress import (
 
 
 class StepProgress:
-    def __init__(self, total: int, done: int, console: Console | None = None) -> None:
+    """Notes go out at once; the bar appears when `start` says where the run resumes."""
+
+    def __init__(self, total: int, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
-        self.live = self.console.is_terminal
         self.total = total
         self.bar: Progress | None = None
-        if self.live:
-            self.bar = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=False,
-            )
-            self.task = self.bar.add_task("train", total=total, completed=done, info="")
-            self.bar.start()
+
+    def start(self, done: int) -> None:
+        if not self.console.is_terminal:
+            return
+        self.bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.task = self.bar.add_task("train", total=self.total, completed=done, info="")
+        self.bar.start()
 
     def step(self, step: int, m: dict[str, Any], eta_s: float | None) -> None:
         info = (

@@ -96,7 +96,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         raise ValueError(f"no tasks in split {cfg.env.train_split!r} for env {cfg.env.name!r}")
     eval_tasks = load_split(cfg, cfg.eval.split)[: cfg.eval.limit] if cfg.eval.limit else []
     model_path = resolve_model(cfg.model.name)
-    progress = StepProgress(cfg.trainer.max_steps, 0)
+    progress = StepProgress(cfg.trainer.max_steps)
     progress.note(
         f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}"
     )
@@ -182,7 +182,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    progress = StepProgress(cfg.trainer.max_steps, done, progress.console)
+    progress.start(done)
     step_times: list[float] = []
     for step in range(done + 1, cfg.trainer.max_steps + 1):
         t_step = time.perf_counter()
