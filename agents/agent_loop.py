@@ -144,6 +144,7 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     traj.logprobs.extend(res.logprobs)
     traj.versions.append(res.version)
     traj.num_turns += 1
+    traj.cut_off = traj.cut_off or res.finish_reason == "length"
     text = getattr(e.env.unwrapped, "response_prefix", "") + chat.tokenizer.decode(
         res.token_ids, skip_special_tokens=True
     )

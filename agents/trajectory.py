@@ -43,6 +43,8 @@ class Trajectory:
     """`terminated` (env ended it), `truncated` (turn budget), `token_budget`, `error`."""
     num_turns: int = 0
     """Number of model turns."""
+    cut_off: bool = False
+    """A model turn ran out of `max_new_tokens` (DAPO's overlong filter drops these)."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent in `generate` and in `env` for this episode."""
     error: str | None = None

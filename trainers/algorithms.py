@@ -7,9 +7,12 @@ against a hand computation in tests/trainers/test_algorithms.py.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+import math
+from typing import get_args
 
 import torch
+
+from trainers.config import LossAgg
 
 
 def grpo_advantages(
@@ -61,6 +64,37 @@ def linear_warmup_lr(base_lr: float, step: int, warmup_steps: int) -> float:
     if warmup_steps <= 0:
         return base_lr
     return base_lr * min(1.0, (step + 1) / warmup_steps)
+
+
+def scheduled_lr(
+    base_lr: float,
+    step: int,
+    warmup_steps: int,
+    total_steps: int,
+    schedule: str = "constant",
+    min_ratio: float = 0.0,
+) -> float:
+    """Learning rate at optimizer step `step` (0-based): linear warm-up, then `schedule`.
+
+    After warm-up, progress p = (step - warmup) / (total - warmup) runs from 0 to 1 and
+    lr = base * (min_ratio + (1 - min_ratio) * f(p)) with f = 1 (constant), 1 - p (linear)
+    or (1 + cos(pi p)) / 2 (cosine).
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return linear_warmup_lr(base_lr, step, warmup_steps)
+    if schedule == "constant":
+        return base_lr
+    p = min(1.0, max(0.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))
+    f = 1.0 - p if schedule == "linear" else (1.0 + math.cos(math.pi * p)) / 2.0
+    return base_lr * (min_ratio + (1.0 - min_ratio) * f)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / (std + eps) over positions where mask is 1 (population std); 0 elsewhere."""
+    m = mask.to(x.dtype)
+    mean = masked_mean(x, m)
+    std = masked_mean((x - mean) ** 2, m).sqrt()
+    return (x - mean) / (std + eps) * m
 
 
 # --- advantage estimators --------------------------------------------------------------------
@@ -337,7 +371,6 @@ def entropy_from_logits(logits_N_V: torch.Tensor) -> torch.Tensor:
     return -(p_N_V * torch.where(p_N_V > 0, logp_N_V, 0.0)).sum(-1)
 
 
-LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAgg)
 
 
@@ -367,6 +400,28 @@ def aggregate_loss(
     if mode == "seq-mean-token-sum-norm":
         norm = constant if constant is not None else mask.sum(-1).max().clamp(min=1.0).item()
         return total / (loss_B_T.shape[0] * norm)
+    raise ValueError(f"unknown loss aggregation {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
+
+
+def aggregation_weights(
+    lengths_B: torch.Tensor, mode: LossAgg, constant: float | None = None
+) -> torch.Tensor:
+    """Per-sequence weight w_i with aggregate_loss(l, m, mode) = sum_i w_i * sum_t m l.
+
+    The learner accumulates gradients micro-batch by micro-batch; weighting each token by
+    its sequence's w_i gives exactly the mini-batch's aggregate. lengths_B = valid tokens
+    per sequence. token-mean: 1 / sum_j n_j; seq-mean-token-mean: 1 / (B * max(1, n_i));
+    seq-mean-token-sum-norm: 1 / (B * constant), constant defaulting to max(1, max_j n_j).
+    """
+    n_B = lengths_B.float()
+    b = n_B.shape[0]
+    if mode == "token-mean":
+        return torch.full_like(n_B, 1.0 / max(1.0, n_B.sum().item()))
+    if mode == "seq-mean-token-mean":
+        return 1.0 / (b * n_B.clamp(min=1.0))
+    if mode == "seq-mean-token-sum-norm":
+        norm = constant if constant is not None else max(1.0, n_B.max().item() if b else 1.0)
+        return torch.full_like(n_B, 1.0 / (b * norm))
     raise ValueError(f"unknown loss aggregation {mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Section(BaseModel):
@@ -62,19 +62,82 @@ class RolloutConfig(_Section):
     """Threads that step environments in parallel."""
 
 
+AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "gspo"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
 class AlgorithmConfig(_Section):
-    name: Literal["grpo"] = "grpo"
-    """Advantage estimator and loss family."""
-    clip_eps: float = Field(0.2, gt=0)
-    """PPO ratio clip: the ratio is clipped to [1 - clip_eps, 1 + clip_eps]."""
+    """Advantage estimator, policy loss and update schedule (formulas in docs/algorithms.md).
+
+    Choosing `name` also applies that algorithm's preset (`ALGORITHM_PRESETS`) under
+    anything the user sets, so `--set algorithm.name=dapo` alone gives DAPO's clip-higher.
+    """
+
+    name: AlgorithmName = "grpo"
+    """`grpo`, `dr_grpo`, `dapo`, `rloo`, `reinforce_pp`, `ppo` (critic + GAE) or `gspo`."""
     normalize_std: bool = True
-    """Divide group-centred rewards by the group's std (GRPO); off is Dr. GRPO's choice."""
+    """Divide group-centred rewards by the group's std (GRPO, DAPO, GSPO)."""
+    clip_low: float = Field(0.2, gt=0, lt=1)
+    """Lower ratio clip: the ratio is kept above 1 - clip_low."""
+    clip_high: float = Field(0.2, gt=0)
+    """Upper ratio clip: the ratio is kept below 1 + clip_high (DAPO's clip-higher: > clip_low)."""
+    dual_clip: float | None = Field(None, gt=1)
+    """Dual-clip bound c > 1 for negative advantages (null = off)."""
+    loss_agg: LossAgg = "token-mean"
+    """How per-token losses become one number: `token-mean`, `seq-mean-token-mean`, `seq-mean-token-sum-norm`."""
+    loss_agg_constant: int | None = Field(None, ge=1)
+    """Dr. GRPO's constant normaliser; null = rollout.max_new_tokens × env.max_turns."""
     kl_coef: float = Field(0.0, ge=0)
-    """Weight of the k3 KL penalty to the reference (initial) model; 0 skips loading it."""
-    epochs: int = Field(1, ge=1)
+    """Weight of the KL to the reference (initial) model; 0 skips loading the reference."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimator (Schulman's k1, k2, k3)."""
+    kl_in_reward: bool = False
+    """Subtract the KL from the token rewards (ppo, reinforce_pp) instead of adding it to the loss."""
+    kl_target: float | None = Field(None, gt=0)
+    """Adaptive KL: steer the coefficient towards this KL (null = fixed kl_coef)."""
+    kl_horizon: int = Field(10_000, ge=1)
+    """Adaptive KL's horizon in samples."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Entropy bonus: subtract entropy_coef × entropy from the loss."""
+    tis_cap: float | None = Field(None, gt=0)
+    """Truncated importance sampling: weight each token by min(p_learner / p_sampler, cap) (null = off)."""
+    train_batch_size: int | None = Field(None, ge=1)
+    """Groups per update; null = rollout.batch_size. Dynamic sampling samples until it has this many."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and sample more tasks to refill the batch."""
+    max_sample_rounds: int = Field(3, ge=1)
+    """Dynamic sampling's cap: at most this many rounds of rollout.batch_size tasks per step."""
+    overlong_buffer: int = Field(0, ge=0)
+    """DAPO soft overlong penalty over the last this-many tokens of the response budget (0 = off)."""
+    overlong_penalty: float = Field(1.0, ge=0)
+    """Largest overlong penalty, reached at the end of the response budget."""
+    overlong_filter: bool = False
+    """DAPO overlong filtering: a response cut off by max_new_tokens carries no loss."""
+    ppo_epochs: int = Field(1, ge=1)
     """Optimisation passes over each step's rollouts."""
+    mini_batch_size: int = Field(0, ge=0)
+    """Sequences per optimizer step (0 = the whole step in one optimizer step)."""
     micro_batch_size: int = Field(4, ge=1)
-    """Sequences per forward/backward; gradients accumulate over the whole step."""
+    """Sequences per forward/backward; gradients accumulate over a mini-batch."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """PPO: discount of GAE."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """PPO: GAE's lambda."""
+    value_clip: float = Field(0.2, gt=0)
+    """PPO: clip of the value update around the rollout-time value."""
+    critic_lr: float = Field(1e-5, gt=0)
+    """PPO: the critic's AdamW learning rate (its own optimizer; same betas and schedule)."""
+    critic_grad_clip: float = Field(1.0, gt=0)
+    """PPO: the critic's max gradient norm."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AlgorithmConfig:
+        if self.kl_in_reward and self.name not in ("ppo", "reinforce_pp"):
+            raise ValueError(
+                "kl_in_reward applies to ppo and reinforce_pp only; "
+                f"for {self.name} the KL goes into the loss (set kl_in_reward=false)"
+            )
+        return self
 
 
 class OptimConfig(_Section):
@@ -88,6 +151,10 @@ class OptimConfig(_Section):
     """Max global gradient norm."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up, in optimizer steps."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning rate after warm-up: constant, or decayed to min_lr_ratio × lr by the last step."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Floor of the linear and cosine schedules, as a fraction of lr."""
 
 
 class TrainerConfig(_Section):
@@ -171,6 +238,22 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# What `algorithm.name` implies, applied under the user's own settings (see build_config).
+ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {},
+    # no std division, no length normalisation (Liu et al. 2025)
+    "dr_grpo": {"normalize_std": False, "loss_agg": "seq-mean-token-sum-norm"},
+    # clip-higher and dynamic sampling (Yu et al. 2025); overlong shaping is sized per recipe
+    "dapo": {"clip_high": 0.28, "dynamic_sampling": True, "loss_agg": "token-mean"},
+    "rloo": {},
+    # KL to the reference in the token rewards, k1 as in the paper (Hu 2025)
+    "reinforce_pp": {"kl_coef": 0.01, "kl_in_reward": True, "kl_estimator": "k1"},
+    "ppo": {},
+    # the ratio is a per-token geometric mean, so the paper's clip range is tiny (Zheng et al. 2025)
+    "gspo": {"clip_low": 3e-4, "clip_high": 4e-4, "loss_agg": "seq-mean-token-mean"},
+}
+
+
 class ConfigError(ValueError):
     """A configuration problem, worded as one sentence for the user."""
 
@@ -234,8 +317,15 @@ def _explain(err: ValidationError) -> str:
             section = section.model_fields[str(p)].annotation
         known = ", ".join(getattr(section, "model_fields", {}))
         return f"unknown config key {where!r}; accepted keys here: {known}"
+    if first["type"] == "value_error":  # a cross-field check: its message is the sentence
+        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
     value = first.get("input")
     return f"bad value {value!r} for {where}: {first['msg'].lower()}"
+
+
+def _section(merged: dict[str, Any], key: str) -> dict[str, Any]:
+    value = merged.get(key)
+    return value if isinstance(value, dict) else {}
 
 
 def build_config(layers: list[dict[str, Any]], env_name: str | None = None) -> RunConfig:
@@ -243,9 +333,14 @@ def build_config(layers: list[dict[str, Any]], env_name: str | None = None) -> R
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = deep_merge(merged, layer)
-    env = env_name or merged.get("env", {}).get("name") or EnvConfig().name
+    env = env_name or _section(merged, "env").get("name") or EnvConfig().name
     preset = ENV_PRESETS.get(env, {})
     merged = deep_merge(deep_merge(preset, merged), {"env": {"name": env}})
+    algorithm = _section(merged, "algorithm").get("name", AlgorithmConfig().name)
+    if (
+        isinstance(algorithm, str) and algorithm in ALGORITHM_PRESETS
+    ):  # an unknown name is reported by validation below
+        merged = deep_merge({"algorithm": ALGORITHM_PRESETS[algorithm]}, merged)
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as e:

@@ -1,11 +1,13 @@
-"""Synchronous GRPO: generate, score, update, push weights — one step at a time.
+"""Synchronous RL: generate, score, update, push weights — one step at a time.
 
-    skyrl train --env sql                 # this recipe, embedded defaults
-    skyrl train --resume runs/<id>        # continue from the last checkpoint
+    skyrl train --env sql                                  # GRPO, embedded defaults
+    skyrl train --env math --set algorithm.name=ppo        # any algorithm, by configuration
+    skyrl train --resume runs/<id>                         # continue from the last checkpoint
 
 A step: take P tasks, run G episodes of each through the multi-turn agent loop, turn the
-rewards into group-relative advantages, do one clipped policy-gradient update on the
-learner, then send the new weights to the engine. Every step writes its metrics and
+rewards into advantages (group-relative here; token-level ones for ppo and reinforce_pp
+in the learner), update the policy with a clipped policy-gradient loss (`ppo_epochs`
+passes of mini-batches), then send the new weights to the engine. Every step writes its metrics and
 rollouts to the run directory; every `checkpoint_every` steps a complete checkpoint.
 
 Everything random is a pure function of (seed, step, task, sample, turn), so a resumed
@@ -34,7 +36,13 @@ from agents.models import resolve_model
 from agents.trajectory import Trajectory
 from environments import registry
 from tasks.task import Task, load_tasks
-from trainers.algorithms import grpo_advantages
+from trainers.algorithms import (
+    dr_grpo_advantages,
+    dynamic_sampling_keep,
+    grpo_advantages,
+    overlong_penalty,
+    rloo_advantages,
+)
 from trainers.config import RunConfig
 from trainers.evaluate import evaluate, is_correct
 from trainers.learner import Sample
@@ -169,6 +177,49 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             json.loads(before.read_text()) if before.exists() else run_eval("before", 0)
         )
 
+    a = cfg.algorithm
+    want_groups = a.train_batch_size or r.batch_size
+    budget_tokens = r.max_new_tokens * cfg.env.max_turns
+
+    def shaped_reward(t: Trajectory) -> float:
+        """The reward the update sees: DAPO's soft overlong penalty on top, when it is on."""
+        if not a.overlong_buffer:
+            return t.reward
+        length = torch.tensor([float(t.response_len)])
+        buffer = min(a.overlong_buffer, budget_tokens)
+        return t.reward + float(overlong_penalty(length, budget_tokens, buffer, a.overlong_penalty))
+
+    def collect_groups(step: int) -> tuple[list[Trajectory], list[list[Trajectory]]]:
+        """Every episode of the step, and the groups kept for the update (up to want_groups).
+
+        Without dynamic sampling that is one round of P tasks, all kept. With it, groups whose
+        rewards are all equal are dropped and further rounds (new tasks, new seeds; a pure
+        function of the step, so resume repeats them) refill the batch, up to a cap.
+        """
+        trajs: list[Trajectory] = []
+        kept: list[list[Trajectory]] = []
+        rounds = a.max_sample_rounds if a.dynamic_sampling else 1
+        for k in range(rounds):
+            tasks_P = batch_tasks(train_tasks, cfg.trainer.seed + 7919 * k, step, r.batch_size)
+            first = k * r.batch_size  # group ids and seeds continue across rounds
+            flat = [t for t in tasks_P for _ in range(r.group_size)]
+            groups = [first + p for p in range(len(tasks_P)) for _ in range(r.group_size)]
+            seeds = [
+                episode_seed(cfg.trainer.seed, step, gid, g)
+                for gid in sorted(set(groups))
+                for g in range(r.group_size)
+            ]
+            new = run_episodes(sample, make_env, chat, flat, groups, seeds, budget, pool)
+            trajs += new
+            for p in range(len(tasks_P)):
+                group = new[p * r.group_size : (p + 1) * r.group_size]
+                rewards_G = torch.tensor([[shaped_reward(t) for t in group]])
+                if not a.dynamic_sampling or bool(dynamic_sampling_keep(rewards_G)[0]):
+                    kept.append(group)
+            if len(kept) >= want_groups:
+                break
+        return trajs, kept[:want_groups]
+
     # ---------------------------------------------------------------- the loop
     # Ctrl-C (or SIGTERM) finishes the current step and checkpoints it; a second one stops at
     # once. A flag, not an exception: the main thread may be inside ray.get when it arrives.
@@ -186,26 +237,19 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     step_times: list[float] = []
     for step in range(done + 1, cfg.trainer.max_steps + 1):
         t_step = time.perf_counter()
-        # 1. rollouts: G episodes for each of P tasks
-        tasks_P = batch_tasks(train_tasks, cfg.trainer.seed, step, r.batch_size)
-        flat = [t for t in tasks_P for _ in range(r.group_size)]
-        groups = [p for p in range(len(tasks_P)) for _ in range(r.group_size)]
-        seeds = [
-            episode_seed(cfg.trainer.seed, step, p, g)
-            for p in range(len(tasks_P))
-            for g in range(r.group_size)
-        ]
-        trajs = run_episodes(sample, make_env, chat, flat, groups, seeds, budget, pool)
+        # 1. rollouts: G episodes for each of P tasks (DAPO: more rounds until enough groups vary)
+        trajs, kept = collect_groups(step)
         t_gen = time.perf_counter() - t_step
 
-        # 2. advantages: group-relative; failed episodes are dropped and do not enter the baseline
-        rewards_P_G = torch.tensor([t.reward for t in trajs]).view(len(tasks_P), r.group_size)
-        ok_P_G = torch.tensor([t.error is None for t in trajs]).view(len(tasks_P), r.group_size)
-        adv_P_G = grpo_advantages(rewards_P_G, cfg.algorithm.normalize_std)
+        # 2. advantages from the (shaped) rewards of the kept groups; a failed episode keeps
+        #    its place in its group's baseline (reward 0) but carries no loss
+        rewards_K_G = torch.tensor([[shaped_reward(t) for t in g] for g in kept])
+        adv_K_G = sequence_advantages(cfg, rewards_K_G)
         batch = [
-            Sample(t.token_ids, t.loss_mask, float(a), t.prompt_len)
-            for t, a, ok in zip(trajs, adv_P_G.flatten(), ok_P_G.flatten(), strict=True)
-            if ok and t.response_len > 0
+            Sample(t.token_ids, t.loss_mask, float(adv), t.prompt_len, float(rew), t.logprobs)
+            for g, adv_G, rew_G in zip(kept, adv_K_G, rewards_K_G, strict=True)
+            for t, adv, rew in zip(g, adv_G, rew_G, strict=True)
+            if t.error is None and t.response_len > 0 and not (a.overlong_filter and t.cut_off)
         ]
 
         # 3. update, then push the new weights to the engine
@@ -218,7 +262,8 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         t_sync = time.perf_counter() - t0
 
         # 4. record
-        metrics = step_metrics(trajs, rewards_P_G, learn)
+        metrics = step_metrics(trajs, r.group_size, learn)
+        metrics["groups/kept"] = float(len(kept))
         t_all = time.perf_counter() - t_step
         step_times.append(t_all)
         metrics.update(
@@ -270,10 +315,26 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     return summary
 
 
+def sequence_advantages(cfg: RunConfig, rewards_K_G: torch.Tensor) -> torch.Tensor:
+    """One advantage per episode for the group estimators; zeros for ppo and reinforce_pp,
+    whose token-level advantages the learner computes (they need the KL and the critic)."""
+    a = cfg.algorithm
+    if rewards_K_G.numel() == 0:
+        return rewards_K_G
+    if a.name == "rloo":
+        return rloo_advantages(rewards_K_G)
+    if a.name == "dr_grpo":
+        return dr_grpo_advantages(rewards_K_G)
+    if a.name in ("grpo", "dapo", "gspo"):
+        return grpo_advantages(rewards_K_G, a.normalize_std)
+    return torch.zeros_like(rewards_K_G)
+
+
 def step_metrics(
-    trajs: list[Trajectory], rewards_P_G: torch.Tensor, learn: dict[str, float]
+    trajs: list[Trajectory], group_size: int, learn: dict[str, float]
 ) -> dict[str, float]:
     """Per-step numbers for metrics.jsonl (names documented in docs/run-format.md)."""
+    rewards_P_G = torch.tensor([t.reward for t in trajs]).view(-1, group_size)
     lens = [t.response_len for t in trajs] or [0]
     zero_var = (rewards_P_G.max(dim=1).values == rewards_P_G.min(dim=1).values).float().mean()
     out = {
@@ -284,13 +345,14 @@ def step_metrics(
         "reward/accuracy": sum(map(is_correct, trajs)) / len(trajs),
         "response_len/mean": sum(lens) / len(lens),
         "response_len/max": float(max(lens)),
+        "response/cut_off": sum(t.cut_off for t in trajs) / len(trajs),
         "turns/mean": sum(t.num_turns for t in trajs) / len(trajs),
         "episodes": float(len(trajs)),
         "episodes/failed": float(sum(t.error is not None for t in trajs)),
         "groups/zero_variance": float(zero_var),
     }
     out.update({k: float(v) for k, v in learn.items()})
-    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "grad_norm", "lr"):
+    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm", "lr"):
         out.setdefault(key, 0.0)
     return out
 

@@ -11,6 +11,7 @@ from trainers.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     aggregate_loss,
+    aggregation_weights,
     clipped_policy_loss,
     dr_grpo_advantages,
     dynamic_sampling_keep,
@@ -24,11 +25,13 @@ from trainers.algorithms import (
     kl_k3,
     linear_warmup_lr,
     masked_mean,
+    masked_whiten,
     overlong_filter_mask,
     overlong_penalty,
     ppo_clip_loss,
     reinforce_pp_advantages,
     rloo_advantages,
+    scheduled_lr,
     tis_weights,
     value_loss,
 )
@@ -362,6 +365,54 @@ def test_aggregate_loss_padding_and_all_masked(mode):
 
 
 # --- DAPO extras -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_aggregation_weights_reproduce_aggregate_loss(mode):
+    # The learner accumulates sum_i w_i * sum_t m l micro-batch by micro-batch; it must equal
+    # aggregate_loss over the whole mini-batch, including an all-masked row.
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0], [7.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0]])
+    w = aggregation_weights(mask.sum(-1), mode, constant=4.0)
+    split = sum(w[i] * (loss[i] * mask[i]).sum() for i in range(3))
+    assert split == pytest.approx(aggregate_loss(loss, mask, mode, constant=4.0).item())
+
+
+def test_aggregation_weights_by_hand():
+    n = torch.tensor([3, 2, 0])
+    # token-mean: 1 / (3 + 2 + 0) = 0.2 for every sequence
+    assert aggregation_weights(n, "token-mean").tolist() == pytest.approx([0.2, 0.2, 0.2])
+    # seq-mean-token-mean: 1 / (B * max(1, n_i)) = 1/9, 1/6, 1/3
+    assert aggregation_weights(n, "seq-mean-token-mean").tolist() == pytest.approx(
+        [1 / 9, 1 / 6, 1 / 3]
+    )
+    # Dr. GRPO: 1 / (B * constant) = 1 / (3 * 4) whatever the length
+    assert aggregation_weights(n, "seq-mean-token-sum-norm", 4.0).tolist() == pytest.approx(
+        [1 / 12] * 3
+    )
+
+
+def test_scheduled_lr_by_hand():
+    # warm-up 2 of 10 steps: steps 0, 1 ramp 0.5, 1.0 (x base 1.0)
+    assert scheduled_lr(1.0, 0, 2, 10, "linear") == pytest.approx(0.5)
+    assert scheduled_lr(1.0, 1, 2, 10, "linear") == pytest.approx(1.0)
+    # linear after warm-up: p = (6 - 2) / (10 - 2) = 0.5 -> 1 - 0.5 = 0.5
+    assert scheduled_lr(1.0, 6, 2, 10, "linear") == pytest.approx(0.5)
+    # with a floor of 0.1: 0.1 + 0.9 * 0.5 = 0.55
+    assert scheduled_lr(1.0, 6, 2, 10, "linear", 0.1) == pytest.approx(0.55)
+    # cosine at p = 0.5: (1 + cos(pi / 2)) / 2 = 0.5; at the end p = 1: 0
+    assert scheduled_lr(1.0, 6, 2, 10, "cosine") == pytest.approx(0.5)
+    assert scheduled_lr(1.0, 10, 2, 10, "cosine") == pytest.approx(0.0)
+    assert scheduled_lr(3e-4, 7, 0, 10, "constant") == 3e-4
+
+
+def test_masked_whiten_by_hand():
+    # valid values 1, 2, 3: mean 2, population std sqrt(2/3) = 0.8165
+    x = torch.tensor([[1.0, 2.0], [3.0, 99.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    out = masked_whiten(x, mask)
+    s = math.sqrt(2 / 3)
+    assert out.flatten().tolist() == pytest.approx([-1 / s, 0.0, 1 / s, 0.0], abs=1e-6)
 
 
 def test_dynamic_sampling_keep():
