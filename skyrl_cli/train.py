@@ -19,6 +19,8 @@ Examples:
   skyrl train --env math --model tiny --max-steps 5     # seconds: a smoke test
   skyrl train --env my_env --tasks my_tasks.jsonl       # your env (named in skyrl.yaml)
   skyrl train --config skyrl.yaml --set rollout.group_size=8 --set optim.lr=1e-6
+  skyrl train --env math --set algorithm.name=ppo       # any algorithm by configuration
+  skyrl train --config sql_dapo                         # a built-in recipe (--list-recipes)
   skyrl train --resume runs/sql-20261130-101500         # continue where it stopped
 """
 
@@ -33,7 +35,10 @@ def train(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="YAML config file (default: ./skyrl.yaml if present)."),
+        typer.Option(
+            "--config",
+            help="YAML config file or built-in recipe name (default: ./skyrl.yaml if present).",
+        ),
     ] = None,
     set_: Annotated[
         list[str] | None,
@@ -65,9 +70,21 @@ def train(
         bool,
         typer.Option("--watch", help="Train in the background and open the live UI on the run."),
     ] = False,
+    list_recipes: Annotated[
+        bool, typer.Option("--list-recipes", help="List the built-in recipes and exit.")
+    ] = False,
 ) -> None:
-    """Train a policy with GRPO (sync schedule) on an environment's tasks."""
+    """Train a policy with RL (GRPO by default; sync schedule) on an environment's tasks."""
     from trainers.config import ConfigError
+
+    if list_recipes:
+        from trainers.recipes import recipes
+
+        width = max(map(len, recipes()))
+        for name, line in recipes().items():
+            typer.echo(f"{name:<{width}}  {line}")
+        typer.echo("\nUse one with: skyrl train --config NAME [--set KEY=VALUE ...]")
+        return
 
     try:
         cfg, run = _prepare(
@@ -107,6 +124,7 @@ def _prepare(
         read_yaml,
         save_config,
     )
+    from trainers.recipes import recipe_path, recipes
     from trainers.rundir import RunDir, new_run_id
 
     if resume is not None:
@@ -149,7 +167,14 @@ def _prepare(
     project_dir = Path.cwd()
     if config is None and Path("skyrl.yaml").exists():
         config = Path("skyrl.yaml")
-    if config is not None:
+    if config is not None and not config.exists() and (recipe := recipe_path(str(config))):
+        layers.append(read_yaml(recipe))  # a built-in recipe: paths stay relative to the cwd
+    elif config is not None:
+        if not config.exists():
+            raise ConfigError(
+                f"config file {config} does not exist, and it is no built-in recipe "
+                f"({', '.join(recipes())})"
+            )
         layers.append(read_yaml(config))
         project_dir = config.resolve().parent
     layers += [parse_set(s) for s in sets]

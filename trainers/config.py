@@ -228,6 +228,13 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
         "trainer": {"max_steps": 30, "checkpoint_every": 10},
         "eval": {"limit": 48},
     },
+    "search": {
+        "env": {"max_turns": 4, "kwargs": {"reward": "f1"}},
+        "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 48},
+        "optim": {"lr": 1e-5},
+        "trainer": {"max_steps": 30},
+        "eval": {"limit": 40},
+    },
     "math": {
         "env": {"max_turns": 1},
         "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 32},
