@@ -43,6 +43,13 @@ BUILTINS: dict[str, EnvSpec] = {
         gym_id="skyrl/SQL-v0",
         suite="tasks.sql:load_suite",
     ),
+    "search": EnvSpec(
+        name="search",
+        entry="environments.search:SearchEnv",
+        grammar="<search>query</search> shows the top-k passages; <answer>text</answer> answers",
+        gym_id="skyrl/Search-v0",
+        suite="tasks.search:load_suite",
+    ),
     "math": EnvSpec(
         name="math",
         entry="environments.math:MathEnv",
