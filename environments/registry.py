@@ -50,6 +50,20 @@ BUILTINS: dict[str, EnvSpec] = {
         gym_id="skyrl/Search-v0",
         suite="tasks.search:load_suite",
     ),
+    "python": EnvSpec(
+        name="python",
+        entry="environments.python:PythonEnv",
+        grammar="<python>code</python> runs in a sandboxed persistent REPL; <answer>…</answer> answers",
+        gym_id="skyrl/Python-v0",
+        suite="tasks.python_tasks:load_suite",
+    ),
+    "shell": EnvSpec(
+        name="shell",
+        entry="environments.shell:ShellEnv",
+        grammar="<bash>command</bash> runs in a sandboxed persistent shell; <submit/> runs the task's tests",
+        gym_id="skyrl/Shell-v0",
+        suite="tasks.harbor:load_suite",
+    ),
     "math": EnvSpec(
         name="math",
         entry="environments.math:MathEnv",

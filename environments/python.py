@@ -1,0 +1,286 @@
+"""`skyrl/Python-v0`: solve a task by running Python in a persistent sandboxed REPL.
+
+Action grammar (the model's text; `stop_strings` end generation at a closing tag):
+
+    <python>code</python>    run code in the episode's REPL (variables persist between turns);
+                             the observation is its output, any traceback, and the repr of
+                             the last expression's value, like a notebook cell
+    <answer>text</answer>    submit the answer; ends the episode and the task's grader scores it
+
+Tag rule (as in the SQL environment): the FIRST opening tag in the text is the action; it
+must be closed, non-empty and hold no other tag. A Markdown code fence around the code is
+dropped. Anything else is an error observation, and the turn is spent.
+
+Rewards: `<answer>` gives 1.0 when the task's grader accepts it, else 0.0. Code turns and
+malformed turns give 0.0; running out of turns without an `<answer>` truncates the episode
+with reward `-format_penalty`. Every failure is an observation, never an exception.
+
+Graders (`task.metadata["grader"]`): `numeric` (default, `environments.math.numeric_match`)
+or `exact` (whitespace- and case-normalised string equality). A list `answer` accepts any
+of its items.
+
+The REPL is `python_repl.py` run by the system Python inside a `Sandbox` (bubblewrap: no
+network, read-only system, private work dir). Each episode gets a fresh sandbox, started at
+its first `<python>` action. A cell that runs past `timeout_s`, or a REPL that crashes, is
+killed with every process it started; the next action starts a new REPL, and the observation
+says the variables were lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import shutil
+import textwrap
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from environments.math import numeric_match
+from environments.python_repl import PythonRepl, ReplReply
+from environments.sandbox import Limits, Sandbox
+from environments.spaces import TextSpace
+from tasks.task import Task
+
+__all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
+
+MAX_ACTION_CHARS = 100_000
+"""Longer actions are rejected unread."""
+MAX_OBSERVATION_CHARS = 1_000_000
+"""Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
+GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to answer."
+
+_ANY_TAG = re.compile(r"</?(?:python|answer)>")
+_OPEN_TAG = re.compile(r"<(python|answer)>")
+_FENCE = re.compile(r"\A\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
+
+
+class ActionError(ValueError):
+    """The action text does not follow the grammar."""
+
+
+def parse_action(text: str) -> tuple[str, str]:
+    """Return (tag, body) of the first `<python>` / `<answer>` tag; ActionError if malformed."""
+    opening = _OPEN_TAG.search(text)
+    if opening is None:
+        raise ActionError("no <python> or <answer> tag found")
+    tag = opening.group(1)
+    end = text.find(f"</{tag}>", opening.end())
+    if end < 0:
+        raise ActionError(f"<{tag}> is not closed with </{tag}>")
+    body = text[opening.end() : end]
+    if _ANY_TAG.search(body):
+        raise ActionError(f"<{tag}> contains another tag; tags cannot be nested")
+    if not body.strip():
+        raise ActionError(f"<{tag}></{tag}> is empty")
+    if tag == "python":
+        fence = _FENCE.match(body)
+        return tag, textwrap.dedent(fence.group(1) if fence else body).strip("\n")
+    return tag, body.strip()
+
+
+def _normalise(text: str) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+def grade(answer: str, task: Task) -> bool:
+    """True when the task's grader (`numeric` or `exact`) accepts `answer`."""
+    kind = task.metadata.get("grader", "numeric")
+    golds = task.answer if isinstance(task.answer, list) else [task.answer]
+    if kind == "exact":
+        return any(_normalise(answer) == _normalise(g) for g in golds if g is not None)
+    if kind == "numeric":
+        return any(numeric_match(answer, g) for g in golds)
+    raise ValueError(f"task {task.id!r}: unknown grader {kind!r}; known: numeric, exact")
+
+
+# ---------------------------------------------------------------------------- environment
+
+
+def _clean(text: str) -> str:
+    """Valid UTF-8 text: lone surrogates replaced."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _clip(text: str, limit: int, *, keep: Literal["head", "tail"] = "head") -> str:
+    if len(text) <= limit:
+        return text
+    marker = f"... ({len(text) - limit} characters clipped) ..."
+    if keep == "tail":
+        return marker + "\n" + text[len(text) - limit :]
+    return text[:limit] + "\n" + marker
+
+
+def default_python() -> str:
+    """The system Python the sandbox runs (not a venv's: its files may be hidden there)."""
+    for path in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which("python3") or "python3"
+
+
+@functools.lru_cache(maxsize=1)
+def _train_suite() -> list[Task]:
+    from tasks.python_tasks import load_suite
+
+    return load_suite("train")
+
+
+class PythonEnv(gym.Env):
+    """Work out an answer with a sandboxed Python REPL, then submit it in `<answer>`."""
+
+    metadata = {"render_modes": []}
+    stop_strings = ("</python>", "</answer>")
+
+    def __init__(
+        self,
+        max_turns: int = 5,
+        format_penalty: float = 0.1,
+        timeout_s: float | None = None,
+        limits: Limits | None = None,
+        max_obs_chars: int = 4000,
+        python: str | None = None,
+        sandbox_backend: Literal["auto", "bwrap", "fallback"] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """`max_turns` actions per episode; `format_penalty` is the reward for running out of
+        turns without an answer (negated); `timeout_s` (default `limits.timeout_s`) is the wall
+        clock of one `<python>` action; `limits` bound the sandbox; `max_obs_chars` caps an
+        observation; `python` is the interpreter inside the sandbox; `sandbox_backend` picks
+        `bwrap` / `fallback` (default: `$SKYRL_SANDBOX_BACKEND`, else bwrap when installed)."""
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        limits = limits or Limits()
+        if timeout_s is not None:
+            limits = dataclasses.replace(limits, timeout_s=float(timeout_s))
+        self.max_turns = max_turns
+        self.format_penalty = format_penalty
+        self.limits = limits
+        """Sandbox limits; `timeout_s` is the wall clock of one `<python>` action."""
+        self.max_obs_chars = max_obs_chars
+        self.python = python or default_python()
+        """The interpreter inside the sandbox (the system Python, standard library only)."""
+        self.sandbox_backend = sandbox_backend
+        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
+        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self._task: Task | None = None
+        self._turns_left = 0
+        self._sandbox: Sandbox | None = None
+        self._repl: PythonRepl | None = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
+        super().reset(seed=seed)
+        self._close_sandbox()
+        task = (options or {}).get("task")
+        if task is None:
+            suite = _train_suite()
+            task = suite[int(self.np_random.integers(len(suite)))]
+        grade("0", task)  # an unknown grader fails here, not in step()
+        self._task, self._turns_left = task, self.max_turns
+        question = task.prompt if isinstance(task.prompt, str) else task.prompt[-1]["content"]
+        observation = (
+            f"{question}\n"
+            "You can run Python: <python>print(2 + 2)</python> runs code in a persistent "
+            "session (variables survive between turns, the value of a last expression is "
+            f"shown; no network, {self.limits.timeout_s:g} s per run). Reply with the final "
+            f"answer inside <answer></answer>, e.g. <answer>42</answer>. Turns left: {self._turns_left}"
+        )
+        info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
+        return _clip(_clean(observation), MAX_OBSERVATION_CHARS), info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            error = "the episode is over; call reset() to start a new one"
+            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
+        self._turns_left -= 1
+        if isinstance(action, bytes | bytearray):
+            action = bytes(action).decode("utf-8", "replace")
+        try:
+            if not isinstance(action, str):
+                raise ActionError(f"the action must be text, not {type(action).__name__}")
+            if len(action) > MAX_ACTION_CHARS:
+                raise ActionError(
+                    f"the action is {len(action)} characters; the limit is {MAX_ACTION_CHARS}"
+                )
+            tag, body = parse_action(_clean(action))
+        except ActionError as e:
+            return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))
+        if tag == "answer":
+            return self._grade(body)
+        return self._next_turn(*self._run(body))
+
+    def _run(self, code: str) -> tuple[str, str | None]:
+        """(observation body, error) of one cell."""
+        if self._repl is None:
+            self._sandbox = Sandbox(self.limits, backend=self.sandbox_backend)
+            self._repl = PythonRepl(self._sandbox, self.python, self.limits.output_bytes)
+        try:
+            reply = self._repl.execute(code, self.limits.timeout_s)
+        except (RuntimeError, OSError) as e:
+            self._close_sandbox()
+            return f"Error: {e}", str(e)
+        budget = self.max_obs_chars
+        error: str | None = reply.error
+        if reply.status == "timeout":
+            error = f"the code ran past the {self.limits.timeout_s:g} s time limit and was stopped"
+        if reply.status != "ok":
+            error = (
+                f"Error: {error}. The Python session was restarted: variables and imports "
+                "from earlier turns are lost."
+            )
+        tail = _clip(_clean(error or ""), budget // 2, keep="tail")
+        if reply.value is not None:
+            tail += ("\n" if tail else "") + "Out: " + _clip(_clean(reply.value), budget // 4)
+        head = _clean(reply.output)
+        room = max(200, budget - len(tail) - 40)
+        if reply.truncated or len(head) > room:
+            head = head[:room].rstrip("\n") + "\n... (output truncated)"
+        text = "\n".join(p.rstrip("\n") for p in (head, tail) if p.strip()) or "(no output)"
+        summary = error.strip().splitlines()[-1] if error and error.strip() else None
+        return text, summary
+
+    def _next_turn(
+        self, body: str, error: str | None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """An observation for a turn that did not end the episode, unless it was the last one."""
+        left = self._turns_left
+        body = _clip(body, self.max_obs_chars)
+        if left <= 0:
+            self._task = None
+            self._close_sandbox()
+            footer = "\nTurns left: 0. The episode ended without an <answer>."
+            info = {"turns_left": 0, "error": error, "correct": False}
+            return body + footer, -float(self.format_penalty), False, True, info
+        footer = f"\nTurns left: {left}" + (" (use it for <answer>)" if left == 1 else "")
+        return body + footer, 0.0, False, False, {"turns_left": left, "error": error}
+
+    def _grade(self, answer: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        assert self._task is not None
+        correct = grade(answer, self._task)
+        self._task = None
+        self._close_sandbox()
+        info = {"turns_left": self._turns_left, "error": None, "correct": correct}
+        return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """This episode's sandbox (None until the first `<python>` action starts it)."""
+        return self._sandbox
+
+    def _close_sandbox(self) -> None:
+        if self._repl is not None:
+            self._repl.stop()
+            self._repl = None
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def close(self) -> None:
+        """Kill the REPL and every process it started; remove the sandbox's work dir."""
+        self._close_sandbox()
+        self._task = None

@@ -1,0 +1,487 @@
+"""A sandbox for code an agent writes: one private work dir, rlimits, no network, kill-all.
+
+With bubblewrap (`/usr/bin/bwrap`) every command runs in fresh namespaces (no network, own
+PID namespace, no nested user namespaces), sees the host's system read-only, gets a private
+`/tmp`, empty `/root` and `/home` (and `$HOME`), and one writable dir, the work dir, at
+`/work`. Without bubblewrap a plainly announced fallback runs commands in the work dir with
+the same rlimits and process-group kills, but sees (and may write) whatever the uid may.
+
+The command line of every process is `prlimit ... -- [setpriv ...] [bwrap ...] env -i ...`:
+
+- `prlimit` sets the `Limits` (CPU seconds, address space, processes, file size).
+- `setpriv` (only when we are root) drops to a uid of our own from `UID_RANGE`, one per
+  live sandbox (a lock file per uid), so RLIMIT_NPROC binds and counts this sandbox alone,
+  and `kill_all` can signal every process of that uid at once (`kill(-1)`, which the kernel
+  applies atomically with respect to `fork`, so a fork bomb cannot outrun it).
+- `bwrap ... --as-pid-1` makes the command pid 1 of its PID namespace, reaped by the outer
+  bwrap, which we reap (bwrap's own init would be orphaned to the host's pid 1).
+- `env -i` gives the command a clean environment (`PATH`, `HOME`, `LANG`, `TMPDIR`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import logging
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import pexpect
+
+__all__ = ["BWRAP", "UID_RANGE", "Limits", "Result", "Sandbox", "bwrap_available"]
+
+log = logging.getLogger(__name__)
+
+BWRAP = "/usr/bin/bwrap"
+UID_RANGE = range(60000, 64000)
+"""Unprivileged uids handed out to sandboxes (one per live sandbox) when we run as root."""
+BACKEND_ENV = "SKYRL_SANDBOX_BACKEND"
+"""Set to `fallback` to force the weaker backend (tests), or `bwrap` to require bubblewrap."""
+INNER_WORKDIR = "/work"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_WRAPPER_ENV = {"PATH": PATH, "LANG": "C.UTF-8"}
+"""The environment of the wrapper chain itself (the host's may be huge or secret)."""
+_LOCK_DIR = Path(tempfile.gettempdir()) / "skyrl-sandbox-uids"
+_warned = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of every process a sandbox starts."""
+
+    cpu_seconds: int = 30
+    """RLIMIT_CPU per process."""
+    memory_mb: int = 1024
+    """RLIMIT_AS (address space) per process."""
+    processes: int = 256
+    """RLIMIT_NPROC: processes of the sandbox's uid (binds when we are root and drop to one)."""
+    file_size_mb: int = 64
+    """RLIMIT_FSIZE: the largest file a process may write."""
+    output_bytes: int = 16_384
+    """Cap on one observation's captured output; the rest is discarded and marked truncated."""
+    timeout_s: float = 10.0
+    """Wall clock per command / action; past it the command's processes are killed."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one `Sandbox.run` produced."""
+
+    returncode: int | None
+    """Exit status (killed by signal N: 128 + N under bwrap, -N in the fallback); None when
+    we killed it (timeout, output cap)."""
+    stdout: str
+    """Captured stdout (UTF-8, invalid bytes replaced), at most `Limits.output_bytes`."""
+    stderr: str
+    """Captured stderr, sharing the same cap."""
+    timed_out: bool
+    """The wall-clock timeout killed the command."""
+    truncated: bool
+    """The output went past the cap: the command was killed and the rest discarded."""
+
+
+def bwrap_available() -> bool:
+    """True when bubblewrap is installed and works here (probed once per process and path).
+
+    An installed bwrap can still fail, e.g. where unprivileged user namespaces are off
+    (Ubuntu 24.04's AppArmor default); then the fallback is used, with the reason logged."""
+    return os.access(BWRAP, os.X_OK) and _bwrap_works(BWRAP)
+
+
+@functools.cache
+def _bwrap_works(bwrap: str) -> bool:
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    cmd = [*(drop if os.geteuid() == 0 else []), bwrap, "--ro-bind", "/", "/", "--proc", "/proc"]
+    cmd += ["--dev", "/dev", "--unshare-all", "--unshare-user", "--disable-userns"]
+    cmd += ["--die-with-parent", "--as-pid-1", "true"]
+    try:
+        probe = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=_WRAPPER_ENV)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("skyrl sandbox: %s does not work here (%s)", bwrap, e)
+        return False
+    if probe.returncode != 0:
+        log.warning("skyrl sandbox: %s does not work here: %s", bwrap, probe.stderr.strip())
+    return probe.returncode == 0
+
+
+def _warn_fallback(reason: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        message = (
+            f"skyrl sandbox: {reason}; using the WEAKER fallback sandbox (temp dir, rlimits, "
+            "process-group kill). Sandboxed code can read the host's files and use the network. "
+            "Install bubblewrap (Debian package `bubblewrap`) for real isolation."
+        )
+        log.warning(message)
+
+
+def _pids() -> list[str]:
+    return [entry for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def processes_of_uid(uid: int) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, state letter) of every process owned by `uid`, zombies included."""
+    found = []
+    for pid in _pids():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                with open(f"/proc/{pid}/stat") as f:  # "pid (comm) state ppid ..."
+                    fields = f.read().rsplit(")", 1)[1].split()
+                found.append((int(pid), int(fields[1]), fields[0]))
+    return found
+
+
+def pids_of_uid(uid: int, *, zombies: bool = True) -> list[int]:
+    """Pids of the processes owned by `uid` (with or without zombies)."""
+    return [pid for pid, _, state in processes_of_uid(uid) if zombies or state != "Z"]
+
+
+def _searchable(path: Path, uid: int) -> bool:
+    st = path.stat()
+    return st.st_uid == uid or bool(st.st_mode & 0o001)
+
+
+def _claim_uid() -> tuple[int, int]:
+    """(uid, lock fd): a uid from UID_RANGE no other live sandbox holds and no process uses."""
+    _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    busy = set()
+    for p in _pids():
+        with contextlib.suppress(OSError):  # a process may exit between listdir and stat
+            busy.add(os.stat(f"/proc/{p}").st_uid)
+    start = random.randrange(len(UID_RANGE))
+    for i in range(len(UID_RANGE)):
+        uid = UID_RANGE[(start + i) % len(UID_RANGE)]
+        if uid in busy:
+            continue
+        fd = os.open(_LOCK_DIR / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        return uid, fd
+    raise RuntimeError(f"no free sandbox uid in {UID_RANGE.start}..{UID_RANGE.stop - 1}")
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid`: a child drops to it and calls kill(-1)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only makes syscalls, then exits
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.kill(-1, signal.SIGKILL)
+        except BaseException:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+@dataclass
+class _State:
+    """What cleanup needs, kept apart from the Sandbox so a finalizer can hold it."""
+
+    uid: int | None
+    lock_fd: int | None
+    workdir: Path
+    remove_workdir: bool
+    bwrap: bool
+    procs: list[Any] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+
+    def kill_all(self) -> None:
+        with self.lock:
+            procs, self.procs = self.procs, []
+        for proc in procs:
+            _kill_tree(proc, self.uid, self.bwrap)
+        if self.uid is not None:
+            # anything left (a fallback process that left its session) dies by uid
+            for _ in range(100):
+                if not pids_of_uid(self.uid, zombies=False):
+                    break
+                _kill_uid(self.uid)
+                time.sleep(0.005)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.kill_all()
+        self.closed = True
+        if self.remove_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+
+def _exited(proc: Any, timeout: float) -> bool:
+    """Wait up to `timeout` for a tracked process (Popen or pexpect.spawn) to exit; reap it."""
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        while time.monotonic() <= deadline:
+            if isinstance(proc, subprocess.Popen):
+                return proc.wait(timeout=max(0.0, deadline - time.monotonic())) is not None
+            if not proc.isalive():  # pexpect's isalive() reaps
+                return True
+            time.sleep(0.002)
+    return False
+
+
+def _kill_tree(proc: Any, uid: int | None, bwrap: bool) -> None:
+    """SIGKILL a tracked process and everything below it, leaving no zombie behind.
+
+    Under bwrap the tracked pid is bwrap's outer process and its one child the command, pid 1
+    of the PID namespace (`--as-pid-1`): killing that child first takes the namespace down
+    (the kernel kills and reaps everything in it), then the outer bwrap reaps it and exits.
+    Killing the outer first would orphan its child to the host's pid 1, which may never
+    reap it (some container inits do not). Then the process group and the process itself.
+    """
+    pid = proc.pid
+    owner = os.getuid() if uid is None else uid
+    children = [p for p, ppid, _ in processes_of_uid(owner) if ppid == pid] if bwrap else []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    if children and _exited(proc, 0.5):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    _exited(proc, 5.0)
+    if not isinstance(proc, subprocess.Popen):
+        with contextlib.suppress(Exception):
+            proc.close(force=True)
+
+
+class Sandbox:
+    """One private writable work dir; every process started through it dies at close()."""
+
+    backend: Literal["bwrap", "fallback"]
+    """`bwrap` (namespaces, read-only system) or `fallback` (rlimits and a temp dir only)."""
+    workdir: Path
+    """Host path of the private writable dir."""
+    inner_workdir: str
+    """The same dir as seen by sandboxed code (`/work` under bwrap)."""
+    uid: int | None
+    """The unprivileged uid sandboxed code runs as (None when we are not root)."""
+
+    def __init__(
+        self,
+        limits: Limits = Limits(),
+        workdir: Path | None = None,
+        *,
+        backend: Literal["auto", "bwrap", "fallback"] | None = None,
+    ) -> None:
+        """`workdir` (kept at close) or a fresh temp dir (removed at close). `backend`
+        defaults to `$SKYRL_SANDBOX_BACKEND`, else `auto` (bwrap when installed)."""
+        self.limits = limits
+        choice = backend or os.environ.get(BACKEND_ENV, "auto") or "auto"
+        if choice not in ("auto", "bwrap", "fallback"):
+            raise ValueError(f"unknown sandbox backend {choice!r}; known: auto, bwrap, fallback")
+        self.backend = "bwrap" if choice != "fallback" and bwrap_available() else "fallback"
+        if choice == "bwrap" and self.backend != "bwrap":
+            raise RuntimeError(f"the bwrap sandbox was asked for but {BWRAP} is missing or broken")
+        if self.backend == "fallback":
+            _warn_fallback(
+                f"{BWRAP} is not installed or does not work here"
+                if choice == "auto"
+                else f"{BACKEND_ENV}/backend asks for it"
+            )
+        uid, lock_fd = _claim_uid() if os.geteuid() == 0 else (None, None)
+        self.uid = uid
+        remove = workdir is None
+        path = Path(tempfile.mkdtemp(prefix="skyrl-sandbox-")) if workdir is None else workdir
+        path = path.resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        blocked = next(
+            (p for p in reversed(path.parents) if uid is not None and not _searchable(p, uid)), None
+        )
+        if blocked is not None:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise ValueError(
+                f"the sandbox uid cannot reach the work dir {path}: {blocked} is not searchable "
+                "by others (mode o+x); put the work dir under one that is, e.g. "
+                "tempfile.mkdtemp()"
+            )
+        if uid is not None:
+            for root, dirs, files in os.walk(path):
+                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                    os.lchown(name, uid, uid)
+        path.chmod(0o700)
+        self.workdir = path
+        self.inner_workdir = INNER_WORKDIR if self.backend == "bwrap" else str(path)
+        self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
+        self._finalizer = weakref.finalize(self, _State.close, self._state)
+
+    # ------------------------------------------------------------------------ command lines
+
+    def _nproc(self) -> int:
+        if self.uid is not None:
+            return self.limits.processes
+        # not root: RLIMIT_NPROC counts every process of our own uid, not just the sandbox's
+        return len(pids_of_uid(os.getuid())) + self.limits.processes
+
+    def argv(
+        self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> list[str]:
+        """The full wrapped command line, for a caller that spawns it itself.
+
+        `cwd` is relative to (or inside) the inner work dir; `env` is added to the clean
+        environment. Spawn it in its own session (`start_new_session=True`).
+        """
+        if self._state.closed:
+            raise RuntimeError("the sandbox is closed")
+        if not argv:
+            raise ValueError("an empty command line")
+        mb = 1024 * 1024
+        lim = self.limits
+        cmd = ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_mb * mb}"]
+        cmd += [f"--nproc={self._nproc()}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
+        if self.uid is not None:
+            cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        if self.backend == "bwrap":
+            cmd += [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+            cmd += ["--tmpfs", "/tmp", "--tmpfs", "/root", "--tmpfs", "/home"]
+            home = os.environ.get("HOME", "")
+            if home.startswith("/") and os.path.isdir(home):
+                home_dir = Path(home).resolve()
+                hidden = [Path(p) for p in ("/tmp", "/root", "/home")]
+                if home_dir != Path("/") and not any(home_dir.is_relative_to(p) for p in hidden):
+                    cmd += ["--tmpfs", str(home_dir)]  # a home elsewhere (/var/lib/x) is hidden too
+            cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
+            cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
+            cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", INNER_WORKDIR]
+        inner = os.path.join(self.inner_workdir, cwd or "")
+        clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+        if self.backend == "fallback":
+            clean["TMPDIR"] = self.inner_workdir
+        clean.update(env or {})
+        cmd += ["env", "-i", "-C", inner, *(f"{k}={v}" for k, v in clean.items()), *argv]
+        return cmd
+
+    def _track(self, proc: Any) -> None:
+        with self._state.lock:
+            self._state.procs.append(proc)
+
+    # ------------------------------------------------------------------------ processes
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+        """A long-lived tracked process in its own session; `cwd`/`env` mean as in `argv`."""
+        cmd = self.argv(argv, cwd=kwargs.pop("cwd", None), env=kwargs.pop("env", None))
+        kwargs["start_new_session"] = True
+        proc = subprocess.Popen(cmd, env=_WRAPPER_ENV, **kwargs)
+        self._track(proc)
+        return proc
+
+    def pexpect_spawn(self, argv: list[str], **kwargs: Any) -> pexpect.spawn:
+        """A long-lived tracked process on a pty (pexpect makes it a session leader)."""
+        import pexpect
+
+        cmd = self.argv(argv, cwd=kwargs.pop("cwd", None), env=kwargs.pop("env", None))
+        kwargs.setdefault("encoding", "utf-8")
+        kwargs.setdefault("codec_errors", "replace")
+        child = pexpect.spawn(cmd[0], cmd[1:], env=_WRAPPER_ENV, **kwargs)
+        self._track(child)
+        return child
+
+    def run(
+        self,
+        argv: list[str],
+        *,
+        input: bytes | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Result:
+        """Run one command to completion (or to the timeout / output cap, then kill it)."""
+        proc = self.popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + (self.limits.timeout_s if timeout is None else timeout)
+        if input is not None:  # fed by a thread: a command may answer before it read it all
+            threading.Thread(target=_feed, args=(proc.stdin, input), daemon=True).start()
+        cap, used, timed_out, truncated = self.limits.output_bytes, 0, False, False
+        chunks: dict[int, list[bytes]] = {1: [], 2: []}
+        assert proc.stdout is not None and proc.stderr is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, 1)
+            sel.register(proc.stderr, selectors.EVENT_READ, 2)
+            while sel.get_map() and not truncated:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for key, _ in sel.select(left):
+                    data = os.read(key.fd, 65536)
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        continue
+                    chunks[key.data].append(data[: max(0, cap - used)])
+                    used += len(data)
+                    truncated = used > cap
+        returncode = None
+        if not (timed_out or truncated):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            timed_out = returncode is None
+        if returncode is None:
+            _kill_tree(proc, self.uid, self.backend == "bwrap")
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        with self._state.lock, contextlib.suppress(ValueError):
+            self._state.procs.remove(proc)
+        return Result(
+            returncode=returncode,
+            stdout=b"".join(chunks[1]).decode("utf-8", "replace"),
+            stderr=b"".join(chunks[2]).decode("utf-8", "replace"),
+            timed_out=timed_out,
+            truncated=truncated,
+        )
+
+    def kill_all(self) -> None:
+        """Kill every process started so far; the sandbox stays usable."""
+        self._state.kill_all()
+
+    def close(self) -> None:
+        """kill_all, then remove the work dir (if the sandbox made it); idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """True once close() ran."""
+        return self._state.closed
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _feed(stream: Any, data: bytes) -> None:
+    with contextlib.suppress(OSError):  # BrokenPipeError: the command stopped reading
+        stream.write(data)
+        stream.close()

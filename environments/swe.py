@@ -1,0 +1,236 @@
+"""`skyrl/SWE-v0`: resolve a SWE-bench-format instance with bash in its checked-out repository.
+
+The task is one instance (`instance_task(instance)` wraps the official columns into a Task;
+the instance dict sits in `task.metadata["instance"]`). `reset` checks the repository out at
+`base_commit` (from `repos_dir/<owner>__<name>`, through the harness) and opens a persistent
+sandboxed bash in it: the machinery of `skyrl/Shell-v0`, used by composition (a `ShellEnv`
+runs the commands; this environment owns the turns, the prompt and the grading).
+
+Action grammar, as in the shell environment:
+
+    <bash>command</bash>   run it in the repository; the observation is its output and exit code
+    <submit/>              end the episode: the patch is the `git diff` of everything changed
+
+Reward: the harness (`environments.swe_harness.grade`) grades the patch on a fresh checkout
+as the official SWE-bench harness does: 1.0 when resolved (every FAIL_TO_PASS test passes,
+every PASS_TO_PASS test still does), else 0.0. Running out of turns grades the work as it
+stands (truncated, minus `format_penalty`). The final info carries `model_patch`,
+`resolved`, `empty_patch`, `patch_applied`, `grade_error` and the test output.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from environments.sandbox import Limits
+from environments.shell import ActionError, ShellEnv, parse_action
+from environments.spaces import TextSpace
+from environments.swe_harness import _checkout as checkout
+from environments.swe_harness import grade
+from tasks.swe.build import diff_against
+from tasks.task import Task
+
+__all__ = ["SWEEnv", "instance_task"]
+
+MAX_ACTION_CHARS = 100_000
+MAX_OBSERVATION_CHARS = 1_000_000
+TEST_OUTPUT_CHARS = 20_000
+"""Tail of the test output kept in the final info."""
+INSTRUCTIONS = """\
+<issue>
+{problem}
+</issue>
+
+The repository {repo} is checked out in the current directory at the commit where this issue
+was reported. Change the source code so that the issue is resolved. Run one shell command per
+turn as <bash>command</bash> (read files with cat or grep, edit them with sed, python or a
+here-document, run the tests with python -m pytest). When you are done, reply <submit/>: your
+changes (their git diff) are then checked by the repository's tests, including hidden ones."""
+
+
+def instance_task(instance: dict[str, Any], split: str | None = None) -> Task:
+    """A SWE-bench instance (official columns, test lists decoded) as a Task for this env."""
+    return Task(
+        id=str(instance["instance_id"]),
+        env="swe",
+        prompt=str(instance["problem_statement"]),
+        answer=None,
+        split=split,
+        metadata={"repo": str(instance["repo"]), "instance": instance},
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _mini_suite() -> tuple[Task, ...]:
+    from tasks.swe import load_instances
+
+    return tuple(instance_task(i) for i in load_instances("swe-bench-mini"))
+
+
+class SWEEnv(gym.Env):
+    """One SWE-bench instance: explore and edit the repository with bash, then submit."""
+
+    metadata = {"render_modes": []}
+    stop_strings = ("</bash>", "<submit/>")
+
+    def __init__(
+        self,
+        max_turns: int = 20,
+        repos_dir: str | Path | None = None,
+        timeout_s: float | None = None,
+        limits: Limits | None = None,
+        test_timeout_s: float = 300.0,
+        format_penalty: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        """`repos_dir` holds `<owner>__<name>` repositories (default: swe-bench-mini's);
+        `timeout_s` limits one command, `test_timeout_s` the grading test run."""
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.repos_dir = Path(repos_dir) if repos_dir is not None else None
+        self.timeout_s = timeout_s
+        self.limits = limits
+        self.test_timeout_s = test_timeout_s
+        self.format_penalty = format_penalty
+        """Subtracted from the reward when the episode ends without <submit/>."""
+        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
+        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self._shell: ShellEnv | None = None
+        self._instance: dict[str, Any] | None = None
+        self._turns_left = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Check out `options["task"]`'s instance (or one drawn from swe-bench-mini) and open
+        a shell in it. A missing repository or a bad instance raises ValueError."""
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            suite = _mini_suite()
+            task = suite[int(self.np_random.integers(len(suite)))]
+        instance = task.metadata.get("instance")
+        if not isinstance(instance, dict):
+            raise ValueError(f"task {task.id!r} holds no SWE-bench instance in metadata.instance")
+        self.close()
+        repos = self.repos_dir
+        if repos is None:
+            from tasks.swe import suite_repos_dir
+
+            repos = suite_repos_dir()
+        src = repos / str(instance["repo"]).replace("/", "__")
+        if not (src / ".git").exists() and not (src / "HEAD").exists():
+            raise ValueError(f"no repository {src.name} under {repos}")
+        # A one-off Harbor-shaped folder: ShellEnv copies environment/files (the checkout)
+        # into its sandbox; its verifier is never run (grading is the harness's).
+        folder = Path(tempfile.mkdtemp(prefix="skyrl-swe-task-"))
+        try:
+            (folder / "environment").mkdir()
+            (folder / "tests").mkdir()
+            (folder / "tests" / "test.sh").write_text("exit 0\n")
+            try:
+                checkout(src, str(instance["base_commit"]), folder / "environment" / "files")
+            except RuntimeError as e:
+                raise ValueError(f"cannot check out {instance['instance_id']}: {e}") from None
+            prompt = INSTRUCTIONS.format(
+                problem=str(instance["problem_statement"]).strip(), repo=instance["repo"]
+            )
+            shell_task = Task(
+                id=task.id, env="shell", prompt=prompt, metadata={"task_dir": str(folder)}
+            )
+            # one turn more than ours, so the shell never ends (and grades) the episode itself
+            self._shell = ShellEnv(
+                max_turns=self.max_turns + 1, timeout_s=self.timeout_s, limits=self.limits
+            )
+            obs, _ = self._shell.reset(options={"task": shell_task})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._instance, self._turns_left = instance, self.max_turns
+        info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
+        return f"{_without_turns(obs)}Turns left: {self._turns_left}", info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._shell is None or self._instance is None:
+            over = "the episode is over; call reset() to start a new one"
+            return f"Error: {over}.", 0.0, True, False, {"turns_left": 0, "error": over}
+        self._turns_left -= 1
+        text = action.decode("utf-8", "replace") if isinstance(action, bytes) else action
+        try:
+            submit = isinstance(text, str) and parse_action(text) is None
+        except ActionError:
+            submit = False
+        if submit:
+            return self._finish(True, "Submitted.")
+        obs, _, _, _, shell_info = self._shell.step(text)
+        body = _without_turns(obs).rstrip("\n")
+        error: str | None = shell_info.get("error")
+        if self._turns_left <= 0:
+            return self._finish(False, body, error)
+        note = " (the work is graded after it)" if self._turns_left == 1 else ""
+        info = {"turns_left": self._turns_left, "error": error}
+        return f"{body}\nTurns left: {self._turns_left}{note}", 0.0, False, False, info
+
+    def _finish(
+        self, submitted: bool, body: str, error: str | None = None
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Take the diff, grade it with the harness, end the episode."""
+        assert self._shell is not None and self._instance is not None
+        instance, sandbox = self._instance, self._shell.sandbox
+        patch: str = ""
+        grade_error: str | None = None
+        if sandbox is not None:
+            sandbox.kill_all()  # nothing may write while we diff
+            try:
+                patch = diff_against(sandbox.workdir, str(instance["base_commit"]))
+            except RuntimeError as e:
+                grade_error = f"cannot take the diff: {e}"
+        self.close()
+        result = grade(instance, patch, repos_dir=self.repos_dir, timeout_s=self.test_timeout_s)
+        grade_error = grade_error or result.error
+        reward = 1.0 if result.resolved else 0.0
+        verdict = (
+            "The patch is empty: nothing was graded."
+            if result.empty_patch
+            else f"The tests say: {'resolved' if result.resolved else 'not resolved'}"
+            + (f" ({grade_error})." if grade_error else ".")
+        )
+        info = {
+            "turns_left": self._turns_left,
+            "error": error,
+            "correct": result.resolved,
+            "resolved": result.resolved,
+            "empty_patch": result.empty_patch,
+            "patch_applied": result.patch_applied,
+            "grade_error": grade_error,
+            "model_patch": patch,
+            "tests_status": json.dumps(result.tests_status),
+            "test_output": result.log[-TEST_OUTPUT_CHARS:],
+            "submitted": submitted,
+        }
+        if submitted:
+            return f"{body} {verdict}", reward, True, False, info
+        footer = (
+            f"\nTurns left: 0. The episode ended without <submit/>; the work was graded. {verdict}"
+        )
+        return body + footer, reward - float(self.format_penalty), False, True, info
+
+    def close(self) -> None:
+        """Kill the agent's processes and remove the checkout."""
+        if self._shell is not None:
+            self._shell.close()
+        self._shell = None
+        self._instance = None
+
+
+def _without_turns(observation: str) -> str:
+    """The shell's observation without its own trailing `Turns left: N` line."""
+    head, sep, _ = observation.rpartition("Turns left:")
+    return head if sep else observation + "\n"

@@ -1,0 +1,412 @@
+"""Grade SWE-bench-format instances locally, as the official harness does, without Docker.
+
+    from environments.swe_harness import grade, report, prediction
+    result = grade(instance, model_patch)             # repos default to swe-bench-mini's
+    result.resolved, result.error, result.tests_status["FAIL_TO_PASS"]
+    report([result], instances)                        # the official run-report keys
+
+One grading, step by step (the official `run_instance` + eval script):
+
+1. A fresh work dir gets the repository at `base_commit`, fetched from
+   `repos_dir/<owner>__<name>` (a git clone or mirror) without any later commit.
+2. With an `agent`, the agent edits that checkout; its patch is the `git diff` of everything
+   it changed, and the checkout is reset. Grading then starts clean, as for a prediction.
+3. An empty patch is an `empty_patch` result; nothing runs (the official harness skips it).
+4. The model patch applies with `git apply --verbose`, then `git apply --verbose --reject`,
+   then `patch --batch --fuzz=5 -p1 -i`; the tree is reset between attempts.
+5. Test files the patch touched are reset to `base_commit` (deleted if new), and the
+   `test_patch` is applied.
+6. `pytest -rA` runs the test files of the `test_patch`, in `environments.sandbox`; each
+   test's status comes from the official pytest log parser.
+7. FAIL_TO_PASS / PASS_TO_PASS are graded with the official rules: a test passed when its
+   status is PASSED or XFAIL, failed when FAILED, ERROR or absent from the log (a SKIPPED
+   test counts as neither, as upstream). `resolved` when every F2P and every P2P test that
+   counts has passed.
+
+Which Python runs the tests: inside bubblewrap (which hides `$HOME`, where venvs and pyenv
+interpreters usually live) or as the sandbox's own uid (when we are root), the system
+interpreter, with pytest's pure-Python packages copied from the current environment next to
+the checkout; otherwise the current interpreter. The mini repos need nothing beyond the
+standard library and pytest, so no per-repo venv is built: a venv would live in the hidden
+cache dir, and `--system-site-packages` from a venv sees the base interpreter's packages, not
+the venv's pytest. A suite whose repos have dependencies will need one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from environments.sandbox import Limits, Sandbox
+from tasks.swe.build import diff_against, git
+from tasks.swe.testrun import TEST_ENV, TestStatus, parse_log_pytest, passed, pytest_argv
+from tasks.swe.testrun import directives as _directives
+
+__all__ = ["GradeResult", "evaluate", "grade", "prediction", "report"]
+
+Agent = Callable[[Path, dict[str, Any]], None]
+"""Edits the checked-out repository (its path) to solve the instance (the dict)."""
+
+APPLY_CMDS: tuple[tuple[str, ...], ...] = (
+    ("git", "apply", "--verbose"),
+    ("git", "apply", "--verbose", "--reject"),
+    ("patch", "--batch", "--fuzz=5", "-p1", "-i"),
+)
+"""The official harness's ways to apply a model patch, tried in order."""
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py")
+"""What `pytest -p no:cacheprovider` imports with plugin autoload off (pure Python)."""
+PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging")
+"""Distributions whose version pytest looks up (a minimal `.dist-info` is written for each)."""
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+
+
+@dataclass
+class GradeResult:
+    """The outcome of grading one instance."""
+
+    instance_id: str
+    """The instance graded."""
+    model_patch: str
+    """The patch graded (the agent's `git diff` when an agent worked)."""
+    resolved: bool = False
+    """Every FAIL_TO_PASS test now passes and every PASS_TO_PASS test still does."""
+    empty_patch: bool = False
+    """The patch was empty: nothing ran (the official `empty_patch` bucket)."""
+    patch_applied: bool = False
+    """The model patch applied to `base_commit`."""
+    error: str | None = None
+    """Why grading could not finish: the patch does not apply, timeout, crash; else None."""
+    tests_status: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """Official `tests_status`: FAIL_TO_PASS, PASS_TO_PASS, FAIL_TO_FAIL, PASS_TO_FAIL, each
+    {"success": [...], "failure": [...]}."""
+    test_results: dict[str, str] = field(default_factory=dict)
+    """Every test of the log -> PASSED, FAILED, ERROR, SKIPPED or XFAIL."""
+    log: str = ""
+    """What ran and what it printed: patch application and the pytest output."""
+    duration_s: float = 0.0
+    """Wall-clock seconds of the grading (the agent's time excluded)."""
+    workdir: Path | None = None
+    """With `keep_workdir=True`: the kept dir (`repo/` the graded checkout, the patches)."""
+
+    def to_report(self) -> dict[str, Any]:
+        """The official per-instance `report.json` content."""
+        return {
+            self.instance_id: {
+                "patch_is_None": False,
+                "patch_exists": not self.empty_patch,
+                "patch_successfully_applied": self.patch_applied,
+                "resolved": self.resolved,
+                "tests_status": self.tests_status,
+            }
+        }
+
+
+def prediction(instance_id: str, model_name: str, patch: str) -> dict[str, str]:
+    """One line of an official `predictions.jsonl`."""
+    return {"instance_id": instance_id, "model_name_or_path": model_name, "model_patch": patch}
+
+
+def grade(
+    instance: dict[str, Any],
+    model_patch: str | None = None,
+    *,
+    repos_dir: Path | None = None,
+    agent: Agent | None = None,
+    timeout_s: float = 300.0,
+    sandboxed: bool = True,
+    keep_workdir: bool = False,
+) -> GradeResult:
+    """Grade a model patch (or what `agent` does in the checkout) on one instance.
+
+    `instance` has the official columns with FAIL_TO_PASS / PASS_TO_PASS as lists (what
+    `tasks.swe.load_instances` returns). `repos_dir` holds `<owner>__<name>` repositories;
+    None means the swe-bench-mini suite's (built if needed). `sandboxed=False` runs the tests
+    in a plain subprocess of its own session (trusted patches only, e.g. gold patches).
+    Never raises for a bad patch, an agent crash or a timeout: see `GradeResult.error`.
+    """
+    if (model_patch is None) == (agent is None):
+        raise ValueError("grade() needs exactly one of model_patch and agent")
+    iid = str(instance["instance_id"])
+    if repos_dir is None:
+        from tasks.swe import suite_repos_dir
+
+        repos_dir = suite_repos_dir()
+    root = Path(tempfile.mkdtemp(prefix="skyrl-swe-"))
+    work = root / "repo"
+    result = GradeResult(instance_id=iid, model_patch=model_patch or "")
+    log: list[str] = []
+    try:
+        src = Path(repos_dir) / str(instance["repo"]).replace("/", "__")
+        if not (src / ".git").exists() and not (src / "HEAD").exists():
+            result.error = f"no repository {src.name} under {repos_dir}"
+            return result
+        _checkout(src, str(instance["base_commit"]), work)
+        if agent is not None:
+            try:
+                agent(work, instance)
+            except Exception as e:  # an agent crash is a result, not our crash
+                result.error = f"the agent raised {type(e).__name__}: {e}"
+                return result
+            result.model_patch = diff_against(work, str(instance["base_commit"]))
+            _reset(work)
+        start = time.monotonic()
+        _grade_checkout(instance, work, root, result, log, timeout_s, sandboxed)
+        result.duration_s = time.monotonic() - start
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        result.error = f"the harness failed: {e}"
+    finally:
+        result.log = "\n".join(log)
+        if keep_workdir:
+            result.workdir = root
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _grade_checkout(
+    instance: dict[str, Any],
+    work: Path,
+    root: Path,
+    result: GradeResult,
+    log: list[str],
+    timeout_s: float,
+    sandboxed: bool,
+) -> None:
+    """Steps 3-7 of the module docstring, filling `result` in place."""
+    if not result.model_patch.strip():
+        result.empty_patch = True
+        return
+    base = str(instance["base_commit"])
+    model_file = root / "model.patch"
+    model_file.write_text(result.model_patch, encoding="utf-8")
+    if not _apply(work, model_file, log):
+        result.error = "the model patch does not apply (git apply and patch --fuzz=5 failed)"
+        return
+    result.patch_applied = True
+    test_files = _directives(str(instance["test_patch"]))
+    for rel in test_files:  # the official eval script: git checkout <base> <test files>
+        if _cmd(["git", "cat-file", "-e", f"{base}:{rel}"], work).returncode == 0:
+            git(work, "checkout", base, "--", rel)
+        elif (work / rel).exists():
+            (work / rel).unlink()
+    test_file = root / "test.patch"
+    test_file.write_text(str(instance["test_patch"]), encoding="utf-8")
+    proc = _cmd(["git", "apply", "--verbose", str(test_file)], work)
+    log.append(
+        f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    )
+    if proc.returncode != 0:
+        result.error = "the test patch does not apply on top of the model patch"
+        return
+    output, failure = _run_tests(root, test_files, timeout_s, sandboxed)
+    log.append(output)
+    result.test_results = parse_log_pytest(output)
+    if failure:
+        result.error = failure
+        return
+    result.tests_status = tests_status(instance, result.test_results)
+    result.resolved = all(
+        not result.tests_status[key]["failure"] for key in ("FAIL_TO_PASS", "PASS_TO_PASS")
+    )
+
+
+def tests_status(instance: dict[str, Any], results: dict[str, str]) -> dict[str, Any]:
+    """The official `get_eval_tests_report`: each expected test as success or failure.
+
+    A test is a success when PASSED or XFAIL, a failure when FAILED, ERROR or missing;
+    SKIPPED lands in neither list, exactly as upstream.
+    """
+    failed = (TestStatus.FAILED.value, TestStatus.ERROR.value)
+    report: dict[str, Any] = {}
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        tests = instance[key]
+        report[key] = {
+            "success": [t for t in tests if passed(results.get(t))],
+            "failure": [t for t in tests if t not in results or results[t] in failed],
+        }
+    report["FAIL_TO_FAIL"] = {"success": [], "failure": []}
+    report["PASS_TO_FAIL"] = {"success": [], "failure": []}
+    return report
+
+
+def report(
+    results: Iterable[GradeResult], instances: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The official run report (`schema_version` 2): counts and sorted id lists.
+
+    `instances` is the full dataset (its size is `total_instances`; those without a result
+    are `incomplete_ids`); None means exactly the graded ones.
+    """
+    results = list(results)
+    by_id = {r.instance_id: r for r in results}
+    ids = [str(i["instance_id"]) for i in instances] if instances is not None else list(by_id)
+    buckets: dict[str, set[str]] = {
+        k: set()
+        for k in ("completed", "incomplete", "empty_patch", "resolved", "unresolved", "error")
+    }
+    for iid in ids:
+        r = by_id.get(iid)
+        if r is None:
+            buckets["incomplete"].add(iid)
+        elif r.empty_patch:
+            buckets["empty_patch"].add(iid)
+        elif r.error is not None:
+            buckets["error"].add(iid)
+        else:
+            buckets["completed"].add(iid)
+            buckets["resolved" if r.resolved else "unresolved"].add(iid)
+    return {
+        "total_instances": len(ids),
+        "submitted_instances": len(results),
+        "completed_instances": len(buckets["completed"]),
+        "resolved_instances": len(buckets["resolved"]),
+        "unresolved_instances": len(buckets["unresolved"]),
+        "empty_patch_instances": len(buckets["empty_patch"]),
+        "error_instances": len(buckets["error"]),
+        "completed_ids": sorted(buckets["completed"]),
+        "incomplete_ids": sorted(buckets["incomplete"]),
+        "empty_patch_ids": sorted(buckets["empty_patch"]),
+        "submitted_ids": sorted(by_id),
+        "resolved_ids": sorted(buckets["resolved"]),
+        "unresolved_ids": sorted(buckets["unresolved"]),
+        "error_ids": sorted(buckets["error"]),
+        "schema_version": 2,
+    }
+
+
+def evaluate(
+    instances: list[dict[str, Any]],
+    predictions: Iterable[dict[str, Any]],
+    *,
+    repos_dir: Path | None = None,
+    timeout_s: float = 300.0,
+) -> list[GradeResult]:
+    """Grade official-format predictions (`instance_id`, `model_patch`) against instances.
+
+    Predictions for unknown instances are ignored, as upstream; instances without a
+    prediction get no result (they are `incomplete_ids` in `report`).
+    """
+    patches = {str(p["instance_id"]): p.get("model_patch") or "" for p in predictions}
+    return [
+        grade(inst, patches[inst["instance_id"]], repos_dir=repos_dir, timeout_s=timeout_s)
+        for inst in instances
+        if inst["instance_id"] in patches
+    ]
+
+
+# ------------------------------------------------------------------------------ internals
+
+
+def _cmd(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+
+
+def _checkout(src: Path, base: str, work: Path) -> None:
+    """`base` and its history only: later commits (where fixes live) never reach the agent."""
+    work.mkdir()
+    git(work, "init", "-q")
+    git(work, "fetch", "-q", "--no-tags", str(src.resolve()), base)
+    git(work, "checkout", "-q", "--detach", base)
+
+
+def _reset(work: Path) -> None:
+    git(work, "reset", "-q", "--hard", "HEAD")
+    git(work, "clean", "-q", "-fdx")
+
+
+def _apply(work: Path, patch_file: Path, log: list[str]) -> bool:
+    for argv in APPLY_CMDS:
+        proc = _cmd([*argv, str(patch_file)], work)
+        log.append(
+            f"$ {' '.join(argv)} model.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+        )
+        if proc.returncode == 0:
+            return True
+        _reset(work)
+    return False
+
+
+def _python_and_site(root: Path, sandbox: Sandbox | None) -> tuple[str, str | None]:
+    """The interpreter to run and a PYTHONPATH holding pytest, as seen by the tests."""
+    if sandbox is None or (sandbox.backend == "fallback" and sandbox.uid is None):
+        return sys.executable, None  # the tests see the host as we do
+    python = next((p for p in SYSTEM_PYTHONS if os.access(p, os.X_OK)), sys.executable)
+    site = root / "site"
+    site.mkdir(exist_ok=True)
+    for name in PYTEST_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin)
+        if origin.name == "__init__.py":
+            shutil.copytree(origin.parent, site / name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(origin, site / origin.name)
+    for dist in PYTEST_DISTRIBUTIONS:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            version = importlib.metadata.version(dist)
+            info = site / f"{dist}-{version}.dist-info"
+            info.mkdir(exist_ok=True)
+            meta = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+            (info / "METADATA").write_text(meta)
+    return python, f"{sandbox.inner_workdir}/site"
+
+
+def _run_tests(
+    root: Path, test_files: list[str], timeout_s: float, sandboxed: bool
+) -> tuple[str, str | None]:
+    """Run pytest on the test files; return (output, the error that stopped it or None)."""
+    env = dict(TEST_ENV)
+    if not sandboxed:
+        from tasks.swe.testrun import run_tests_plain
+
+        output, code = run_tests_plain(str(root / "repo"), test_files, timeout_s)
+        return output, (
+            f"the tests timed out after {timeout_s:g} s" if code is None else _crash(code)
+        )
+    limits = Limits(
+        cpu_seconds=int(timeout_s) + 1,
+        memory_mb=4096,
+        output_bytes=4_000_000,
+        timeout_s=timeout_s,
+    )
+    sandbox = Sandbox(limits=limits, workdir=root)
+    try:
+        python, site = _python_and_site(root, sandbox)
+        if site:
+            env["PYTHONPATH"] = site
+        res = sandbox.run(pytest_argv(test_files, python), cwd="repo", env=env, timeout=timeout_s)
+    finally:
+        sandbox.close()
+    output = (
+        f"$ pytest -rA {' '.join(test_files)}  (exit {res.returncode})\n{res.stdout}{res.stderr}"
+    )
+    if res.timed_out:
+        return output, f"the tests timed out after {timeout_s:g} s"
+    if res.truncated:
+        return output, f"the test output passed {limits.output_bytes} bytes"
+    return output, _crash(res.returncode)
+
+
+def _crash(returncode: int | None) -> str | None:
+    """An error for a pytest run that broke down (not one whose tests merely failed)."""
+    if returncode is not None and returncode < 0:
+        return f"the test run was killed by signal {-returncode}"
+    if returncode in (3, 4):  # pytest's INTERNALERROR and usage error
+        return f"pytest crashed (exit {returncode}); see the log"
+    if returncode in (126, 127):  # from `env`: the interpreter could not be started
+        return f"the test interpreter could not be started (exit {returncode}); see the log"
+    return None

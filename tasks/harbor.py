@@ -1,0 +1,196 @@
+"""Harbor-format terminal tasks: the loader and the bundled suite of `skyrl/Shell-v0`.
+
+A Harbor task (laude-institute/harbor, the Terminal-Bench format) is one folder:
+
+    instruction.md      what the agent is asked to do (the prompt)
+    task.toml           version; [metadata] difficulty, category, tags; [verifier] timeout_sec;
+                        [agent] timeout_sec; [environment] build settings
+    environment/        how the starting state is built (Harbor: a Docker build context)
+    tests/test.sh       the verifier; writes the reward file
+    solution/solve.sh   a reference solution (the "oracle"), never shown to the agent
+
+How skyrl uses `environment/` (there is no Docker here; `environments/shell.py` runs the task
+in a bubblewrap sandbox on the host's own read-only system):
+
+    environment/files/     copied into the sandbox's work dir (Harbor: `COPY files/ /app/`)
+    environment/setup.sh   optional; run once with bash inside the sandbox, in the work dir,
+                           after the copy (Harbor: a `RUN` step), e.g. to build a git repository
+    environment/Dockerfile ignored by skyrl; it keeps the folder runnable by Harbor itself
+
+So a task may only use the tools of a Debian base (bash, coreutils, sed, awk, grep, git,
+python3, tar, gzip); a task that needs packages its Dockerfile installs will fail here.
+
+The verifier contract (as Harbor's, with two paths passed in the environment): after the
+agent submits, `tests/` is copied into the sandbox (the agent never sees it) and
+`tests/test.sh` runs with bash, in the work dir (Harbor: the image's WORKDIR), with
+`TESTS_DIR` (Harbor: `/tests`) and `LOGS_DIR` (Harbor: `/logs/verifier`) set and the
+`[verifier] timeout_sec` as its time limit. It writes `$LOGS_DIR/reward.txt` (one number) or
+`$LOGS_DIR/reward.json` (named numbers; skyrl uses `reward` if present, else their mean).
+Our tasks write `"${LOGS_DIR:-/logs/verifier}/reward.txt"`, so they also run under Harbor.
+
+`load_suite(split)` returns the tasks bundled in `tasks/shell/`; each belongs to one fixed
+split (`SPLITS`), so held-out tasks are never trained on.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tasks.task import Task
+
+__all__ = [
+    "SPLITS",
+    "SUITE_DIR",
+    "load_harbor_task",
+    "load_suite",
+    "read_reward",
+    "verifier_timeout",
+]
+
+SUITE_DIR = Path(__file__).parent / "shell"
+"""The bundled Harbor task folders."""
+SPLITS: dict[str, str] = {
+    "replace-domain": "dev",
+    "git-feature-branch": "dev",
+    "git-revert-commit": "test",
+    "backup-archive": "test",
+}
+"""Task folder name -> split for the held-out tasks; every other bundled task is `train`."""
+SPLIT_NAMES = ("train", "dev", "test")
+DEFAULT_VERIFIER_TIMEOUT_S = 60.0
+"""Verifier time limit of a task whose task.toml names none."""
+MAX_INSTRUCTION_CHARS = 100_000
+MAX_REWARD_FILE_BYTES = 65_536
+
+
+def _table(config: dict[str, Any], name: str, where: Path) -> dict[str, Any]:
+    value = config.get(name, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: [{name}] must be a table")
+    return value
+
+
+def _seconds(table: dict[str, Any], where: str) -> float | None:
+    value = table.get("timeout_sec")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{where}.timeout_sec must be a positive number, got {value!r}")
+    return float(value)
+
+
+def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
+    """Read one Harbor task folder into a Task; ValueError names the folder and what is wrong.
+
+    The Task: id = the folder name, env = "shell", prompt = instruction.md, answer = None
+    (the grader is tests/test.sh), metadata = task_dir (absolute), difficulty, category,
+    tags, verifier_timeout_s, agent_timeout_s (None when unset) and has_solution.
+    """
+    task_dir = Path(task_dir).expanduser().resolve()
+    if not task_dir.is_dir():
+        raise ValueError(f"Harbor task folder {task_dir} does not exist")
+    instruction_path = task_dir / "instruction.md"
+    if not instruction_path.is_file():
+        raise ValueError(f"Harbor task {task_dir} has no instruction.md")
+    instruction = instruction_path.read_text(encoding="utf-8", errors="replace").strip()
+    if not instruction:
+        raise ValueError(f"Harbor task {task_dir}: instruction.md is empty")
+    if len(instruction) > MAX_INSTRUCTION_CHARS:
+        raise ValueError(f"Harbor task {task_dir}: instruction.md is over {MAX_INSTRUCTION_CHARS}")
+    if not (task_dir / "tests" / "test.sh").is_file():
+        raise ValueError(f"Harbor task {task_dir} has no tests/test.sh (its verifier)")
+    toml_path = task_dir / "task.toml"
+    if not toml_path.is_file():
+        raise ValueError(f"Harbor task {task_dir} has no task.toml")
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{toml_path} is not valid TOML ({e})") from None
+    meta = _table(config, "metadata", toml_path)
+    tags = meta.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
+    verifier = _seconds(_table(config, "verifier", toml_path), f"{toml_path}: [verifier]")
+    agent = _seconds(_table(config, "agent", toml_path), f"{toml_path}: [agent]")
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLIT_NAMES)}")
+    return Task(
+        id=task_dir.name,
+        env="shell",
+        prompt=instruction,
+        answer=None,
+        split=split,
+        metadata={
+            "task_dir": str(task_dir),
+            "difficulty": str(meta.get("difficulty", "unknown")),
+            "category": str(meta.get("category", "")),
+            "tags": list(tags),
+            "verifier_timeout_s": verifier or DEFAULT_VERIFIER_TIMEOUT_S,
+            "agent_timeout_s": agent,
+            "has_solution": (task_dir / "solution" / "solve.sh").is_file(),
+        },
+    )
+
+
+def verifier_timeout(task: Task) -> float:
+    """The task's verifier time limit in seconds (`[verifier] timeout_sec`)."""
+    value = task.metadata.get("verifier_timeout_s")
+    return (
+        float(value) if isinstance(value, int | float) and value > 0 else DEFAULT_VERIFIER_TIMEOUT_S
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _suite() -> tuple[Task, ...]:
+    folders = sorted(p for p in SUITE_DIR.iterdir() if (p / "instruction.md").is_file())
+    return tuple(load_harbor_task(p, split=SPLITS.get(p.name, "train")) for p in folders)
+
+
+def load_suite(split: str | None = None) -> list[Task]:
+    """The bundled shell tasks of one split (`train`, `dev`, `test`), or all for None."""
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(
+            f"unknown split {split!r}; accepted: {', '.join(SPLIT_NAMES)} (or None for all)"
+        )
+    return [t for t in _suite() if split is None or t.split == split]
+
+
+def read_reward(logs_dir: Path) -> tuple[float | None, dict[str, float], str | None]:
+    """(reward, named rewards, error) from Harbor's `reward.txt` or `reward.json` in logs_dir.
+
+    reward.txt holds one number; reward.json an object of named numbers (its `reward`, else
+    the mean of all of them) or one number. A missing, oversized, non-regular or unparsable
+    file gives (None, {}, the reason)."""
+    for name in ("reward.txt", "reward.json"):
+        path = logs_dir / name
+        if not os.path.lexists(path):
+            continue
+        if path.is_symlink() or not path.is_file():
+            return None, {}, f"{name} is not a regular file"
+        if path.stat().st_size > MAX_REWARD_FILE_BYTES:
+            return None, {}, f"{name} is larger than {MAX_REWARD_FILE_BYTES} bytes"
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        try:
+            value = json.loads(text) if name == "reward.json" else float(text)
+        except ValueError:
+            return (
+                None,
+                {},
+                f"{name} holds {text[:80]!r}, not {'JSON' if '.json' in name else 'a number'}",
+            )
+        named = value if isinstance(value, dict) else {"reward": value}
+        if not named or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in named.values()
+        ):
+            return None, {}, f"{name} holds {text[:80]!r}, not finite named numbers"
+        named = {str(k): float(v) for k, v in named.items()}
+        reward = named.get("reward", sum(named.values()) / len(named))
+        return reward, named, None
+    return None, {}, "the verifier wrote neither reward.txt nor reward.json"

@@ -1,0 +1,2 @@
+#!/bin/bash
+tar -czf backup.tar.gz data

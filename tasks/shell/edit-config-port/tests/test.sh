@@ -1,0 +1,17 @@
+#!/bin/bash
+# Harbor verifier: runs in the work dir after the agent submits; writes 1 or 0 to the reward file.
+# LOGS_DIR and TESTS_DIR default to Harbor's /logs/verifier and /tests (skyrl sets them).
+LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
+TESTS_DIR="${TESTS_DIR:-/tests}"
+mkdir -p "$LOGS_DIR"
+
+check() {
+    [ "$(cat app.conf)" = "# inventory service
+name = inventory
+host = 0.0.0.0
+port = 9090
+workers = 4
+log_level = debug" ]
+}
+
+if check >/dev/null 2>&1; then echo 1 >"$LOGS_DIR/reward.txt"; else echo 0 >"$LOGS_DIR/reward.txt"; fi

@@ -1,0 +1,2 @@
+#!/bin/bash
+sed -i 's/totl + n/total + n/' sum.sh

@@ -1,0 +1,182 @@
+"""Materialise swe-bench-mini: one git repository per mini repo, and `instances.jsonl`.
+
+Every commit gets fixed author/committer names, emails and dates and a clean git config, so
+its hash (an instance's `base_commit`) is the same on every machine. The gold `patch` and
+the `test_patch` are `git diff`s of the edited checkout against `base_commit`;
+FAIL_TO_PASS and PASS_TO_PASS come from actually running the instance's test files before
+and after the gold patch, as the official dataset was made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tasks.swe.source import InstanceSource, RepoSource, apply_edits
+from tasks.swe.testrun import directives, parse_log_pytest, passed, run_tests_plain
+
+OWNER = "skyrl-mini"
+"""The owner part of every repo name (`skyrl-mini/<name>`)."""
+TEST_TIMEOUT_S = 120.0
+"""Wall-clock limit of one build-time test run."""
+
+
+_GIT_OPTS = ("-c", "core.autocrlf=false", "-c", "commit.gpgsign=false", "-c", "safe.directory=*")
+"""Options of every git call; `safe.directory` because a sandbox may chown a checkout."""
+
+
+def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment that makes git ignore the user's and the system's configuration."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "LC_ALL": "C",
+            "TZ": "UTC",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run one git command; return stdout; RuntimeError with git's message on failure."""
+    proc = subprocess.run(
+        ["git", *_GIT_OPTS, *args],
+        cwd=cwd,
+        env=env or git_env(),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def build_repo(source: RepoSource, dest: Path) -> dict[str, str]:
+    """Create the git repository of one mini repo at `dest`; return commit dir -> hash."""
+    dest.mkdir(parents=True)
+    git(dest, "init", "-q", "-b", "main")
+    hashes = {}
+    for commit in source.commits:
+        for rel, data in source.overlay(commit).items():
+            path = dest / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        git(dest, "add", "-A")
+        who = {
+            "GIT_AUTHOR_NAME": source.author,
+            "GIT_AUTHOR_EMAIL": source.email,
+            "GIT_AUTHOR_DATE": commit.date,
+            "GIT_COMMITTER_NAME": source.author,
+            "GIT_COMMITTER_EMAIL": source.email,
+            "GIT_COMMITTER_DATE": commit.date,
+        }
+        git(dest, "commit", "-q", "--no-verify", "-m", commit.message, env=git_env(who))
+        hashes[commit.dir] = git(dest, "rev-parse", "HEAD").strip()
+    return hashes
+
+
+def diff_against(work: Path, base: str) -> str:
+    """Everything changed in a checkout since `base` (new files included), as `git diff`;
+    bytecode an agent's test runs left behind is not part of it."""
+    git(work, "add", "-A", "--", ".", ":(exclude)*.pyc")
+    return git(work, "diff", "--cached", "--no-color", "--no-ext-diff", base)
+
+
+def _reset(work: Path, base: str) -> None:
+    git(work, "reset", "-q", "--hard", base)
+    git(work, "clean", "-q", "-fdx")
+
+
+def make_patches(
+    source: RepoSource, inst: InstanceSource, repo_dir: Path, base: str, work: Path
+) -> tuple[str, str]:
+    """(patch, test_patch) of one instance, each a `git diff` against its base commit."""
+    where = f"{source.root / 'meta.toml'} instance {inst.number}"
+    git(work.parent, "clone", "-q", "--no-checkout", str(repo_dir), work.name)
+    git(work, "checkout", "-q", "--detach", base)
+    apply_edits(work, inst.tests, where)
+    test_patch = diff_against(work, base)
+    _reset(work, base)
+    apply_edits(work, inst.fix, where)
+    patch = diff_against(work, base)
+    _reset(work, base)
+    return patch, test_patch
+
+
+def classify_tests(work: Path, base: str, patch: str, test_patch: str, where: str) -> dict:
+    """Run the test files before and after the gold patch: FAIL_TO_PASS and PASS_TO_PASS.
+
+    Raises RuntimeError when the gold patch leaves a test failing or fixes nothing, so a
+    broken instance can never reach `instances.jsonl`.
+    """
+    files = directives(test_patch)
+    test_file, gold_file = work.with_suffix(".test.patch"), work.with_suffix(".gold.patch")
+    test_file.write_text(test_patch)
+    gold_file.write_text(patch)
+    git(work, "apply", str(test_file))
+    before_log, code1 = run_tests_plain(str(work), files, TEST_TIMEOUT_S)
+    git(work, "apply", str(gold_file))
+    after_log, code2 = run_tests_plain(str(work), files, TEST_TIMEOUT_S)
+    if code1 is None or code2 is None:
+        raise RuntimeError(f"{where}: the tests timed out at build time")
+    before, after = parse_log_pytest(before_log), parse_log_pytest(after_log)
+    failing = sorted(t for t, s in after.items() if not passed(s))
+    if failing or not after:
+        raise RuntimeError(f"{where}: with the gold patch these tests fail: {failing}\n{after_log}")
+    f2p = [t for t in after if not passed(before.get(t))]
+    p2p = [t for t in after if passed(before.get(t))]
+    if not f2p:
+        raise RuntimeError(f"{where}: no test fails before the gold patch\n{before_log}")
+    return {"FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p}
+
+
+def build_instances(suite_dir: Path, sources: list[RepoSource], workers: int = 4) -> list[dict]:
+    """Build every repository under `suite_dir/repos` and return the instance records."""
+    repos = suite_dir / "repos"
+    scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=suite_dir))
+    jobs: list[tuple[RepoSource, InstanceSource, Path, dict[str, str]]] = []
+    for source in sources:
+        repo_dir = repos / f"{OWNER}__{source.name}"
+        hashes = build_repo(source, repo_dir)
+        jobs += [(source, inst, repo_dir, hashes) for inst in source.instances]
+
+    def one(job: tuple[RepoSource, InstanceSource, Path, dict[str, str]]) -> dict[str, Any]:
+        source, inst, repo_dir, hashes = job
+        base = hashes[inst.base]
+        work = scratch / f"{source.name}-{inst.number}"
+        patch, test_patch = make_patches(source, inst, repo_dir, base, work)
+        where = f"{source.repo} instance {inst.number}"
+        tests = classify_tests(work, base, patch, test_patch, where)
+        version = source.commit(inst.base).version
+        # the environment of a version is set up at its latest commit (as upstream does)
+        setup = [hashes[c.dir] for c in source.commits if c.version == version][-1]
+        return {
+            "instance_id": f"{OWNER}__{source.name}-{inst.number}",
+            "repo": source.repo,
+            "base_commit": base,
+            "patch": patch,
+            "test_patch": test_patch,
+            "problem_statement": inst.problem_statement,
+            "hints_text": inst.hints_text,
+            "created_at": inst.created_at,
+            "version": version,
+            "FAIL_TO_PASS": json.dumps(tests["FAIL_TO_PASS"]),
+            "PASS_TO_PASS": json.dumps(tests["PASS_TO_PASS"]),
+            "environment_setup_commit": setup,
+        }
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, os.cpu_count() or 1))) as pool:
+            return list(pool.map(one, jobs))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,212 @@
+"""Sandbox: limits, timeouts, output caps, kill-all and cleanup, with bwrap and the fallback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from environments import sandbox as sandbox_mod
+from environments.sandbox import Limits, Sandbox, bwrap_available, pids_of_uid
+
+ROOT = os.geteuid() == 0
+SLACK = 1.5  # two shared cores
+needs_bwrap = pytest.mark.skipif(not bwrap_available(), reason="bubblewrap is not installed")
+BACKENDS = [pytest.param("bwrap", marks=needs_bwrap), "fallback"]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("HOME", str(path))
+    return path
+
+
+@pytest.fixture(params=BACKENDS)
+def sb(request: pytest.FixtureRequest):
+    box = Sandbox(Limits(timeout_s=5.0, output_bytes=4096), backend=request.param)
+    yield box
+    box.close()
+
+
+def live(box: Sandbox) -> list[int]:
+    """Live (non-zombie) processes of the sandbox's uid."""
+    assert box.uid is not None
+    return pids_of_uid(box.uid, zombies=False)
+
+
+def test_run_captures_both_streams_in_the_work_dir(sb: Sandbox):
+    result = sb.run(["bash", "-c", "echo out; echo err >&2; pwd; echo hi > made.txt; exit 3"])
+    assert result.returncode == 3 and not result.timed_out and not result.truncated
+    assert result.stdout == f"out\n{sb.inner_workdir}\n" and result.stderr == "err\n"
+    assert (sb.workdir / "made.txt").read_text() == "hi\n"
+    assert sb.run(["cat"], input=b"abc" * 1000).stdout == "abc" * 1000
+    (sb.workdir / "sub").mkdir()
+    assert sb.run(["pwd"], cwd="sub").stdout.strip() == os.path.join(sb.inner_workdir, "sub")
+    if ROOT:  # every command was reaped: not even a zombie is left behind
+        assert pids_of_uid(sb.uid) == []  # type: ignore[arg-type]
+
+
+def test_environment_is_clean(sb: Sandbox, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SKYRL_TEST_SECRET", "hunter2")
+    out = sb.run(["env"], env={"EXTRA": "1"}).stdout
+    assert "hunter2" not in out and "EXTRA=1" in out
+    assert f"HOME={sb.inner_workdir}" in out
+
+
+def test_rlimits_apply(sb: Sandbox):
+    box = Sandbox(Limits(cpu_seconds=7, memory_mb=300, processes=50, file_size_mb=2))
+    try:
+        out = box.run(["bash", "-c", "ulimit -t; ulimit -v; ulimit -f"]).stdout.split()
+        assert out == ["7", str(300 * 1024), str(2 * 1024)]
+        if ROOT:
+            assert box.run(["bash", "-c", "ulimit -u"]).stdout.strip() == "50"
+        big = box.run(["python3", "-c", "bytearray(400 * 2**20)"])
+        assert big.returncode != 0 and "MemoryError" in big.stderr
+        fsize = box.run(["bash", "-c", "head -c 5000000 /dev/zero > big; stat -c %s big"])
+        assert fsize.stdout.strip() == str(2 * 1024 * 1024)
+    finally:
+        box.close()
+
+
+def test_timeout_kills_the_whole_tree(sb: Sandbox):
+    start = time.monotonic()
+    result = sb.run(["bash", "-c", "sleep 100 & (setsid sleep 100 &); sleep 100"], timeout=0.5)
+    assert time.monotonic() - start < 0.5 + SLACK
+    assert result.timed_out and result.returncode is None
+    if sb.backend == "bwrap" and ROOT:  # the PID namespace took the setsid'd sleep with it
+        assert live(sb) == []
+
+
+def test_output_is_capped_and_the_command_killed(sb: Sandbox):
+    start = time.monotonic()
+    result = sb.run(["bash", "-c", "yes; echo never"])
+    assert time.monotonic() - start < SLACK
+    assert result.truncated and len(result.stdout) == 4096 and set(result.stdout) == {"y", "\n"}
+
+
+def test_kill_all_keeps_the_sandbox_usable(sb: Sandbox):
+    sb.popen(["bash", "-c", "(setsid sleep 100 &); sleep 100"])
+    child = sb.pexpect_spawn(["bash", "--norc"])
+    child.sendline("echo ready")
+    child.expect("ready")
+    time.sleep(0.2)
+    if ROOT:
+        assert len(live(sb)) >= 3
+    sb.kill_all()
+    assert not child.isalive()
+    if ROOT:
+        assert live(sb) == []
+    assert sb.run(["echo", "still here"]).stdout == "still here\n"
+
+
+def test_close_removes_the_work_dir_and_is_idempotent(sb: Sandbox):
+    sb.popen(["sleep", "100"])
+    workdir, uid = sb.workdir, sb.uid
+    with sb:
+        pass
+    sb.close()
+    assert not workdir.exists() and sb.closed
+    if uid is not None:
+        assert pids_of_uid(uid, zombies=False) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        sb.run(["true"])
+
+
+def test_given_work_dir_is_kept():
+    workdir = Path(tempfile.mkdtemp())
+    (workdir / "input.txt").write_text("data")
+    try:
+        with Sandbox(workdir=workdir) as box:
+            result = box.run(["bash", "-c", "cat input.txt; echo more >> input.txt"])
+            assert result.stdout == "data"
+        assert (workdir / "input.txt").read_text() == "datamore\n"
+    finally:
+        shutil.rmtree(workdir)
+
+
+@pytest.mark.skipif(not ROOT, reason="the uid switch happens only as root")
+def test_unreachable_work_dir_is_a_clear_error(tmp_path: Path):
+    private = tmp_path / "private"
+    (private / "task").mkdir(parents=True)
+    private.chmod(0o700)
+    with pytest.raises(ValueError, match="not searchable by others"):
+        Sandbox(workdir=private / "task")
+
+
+def test_argv_for_a_caller_that_spawns_it_itself(sb: Sandbox):
+    cmd = sb.argv(["echo", "x"], env={"A": "b"})
+    assert cmd[0] == "prlimit" and cmd[-2:] == ["echo", "x"] and "A=b" in cmd
+    if sb.backend == "bwrap":
+        for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--ro-bind"):
+            assert flag in cmd
+    if ROOT:
+        assert f"--reuid={sb.uid}" in cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, start_new_session=True, check=True)
+    assert out.stdout == "x\n"
+
+
+@pytest.mark.skipif(not ROOT, reason="uids are handed out only when running as root")
+def test_concurrent_sandboxes_get_their_own_uid():
+    boxes = [Sandbox() for _ in range(3)]
+    try:
+        uids = {box.uid for box in boxes}
+        assert len(uids) == 3 and all(u in sandbox_mod.UID_RANGE for u in uids)  # type: ignore[operator]
+        assert all(box.workdir.stat().st_uid == box.uid for box in boxes)
+    finally:
+        for box in boxes:
+            box.close()
+
+
+@needs_bwrap
+def test_bwrap_isolation(home: Path, tmp_path: Path):
+    (home / "secret.txt").write_text("s3cret")
+    outside = tmp_path / "outside.txt"
+    with Sandbox(backend="bwrap") as box:
+        assert box.backend == "bwrap" and box.inner_workdir == "/work"
+        script = (
+            f"cat {home}/secret.txt; ls -A /root /home /tmp; echo x > {outside}; "
+            "echo x > /etc/skyrl-pwned; tail -n +3 /proc/net/dev | wc -l"
+        )
+        result = box.run(["bash", "-c", script])
+        assert "s3cret" not in result.stdout + result.stderr
+        assert "/home:\n\n/root:\n\n/tmp:\n" in result.stdout  # all three empty
+        assert "Read-only file system" in result.stderr or "No such file" in result.stderr
+        assert result.stdout.split()[-1] == "1"  # only the loopback device
+    assert not outside.exists() and not Path("/etc/skyrl-pwned").exists()
+
+
+@needs_bwrap
+def test_bwrap_has_no_network():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.3)
+    port = server.getsockname()[1]
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)"
+    with Sandbox(backend="bwrap") as box:
+        result = box.run(["python3", "-c", code])
+    assert result.returncode != 0 and "Connection refused" in result.stderr
+    with pytest.raises(TimeoutError):
+        server.accept()
+    server.close()
+
+
+def test_fallback_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    monkeypatch.setattr(sandbox_mod, "_warned", False)
+    monkeypatch.setenv(sandbox_mod.BACKEND_ENV, "fallback")
+    with caplog.at_level(logging.WARNING, logger="environments.sandbox"):
+        for _ in range(2):
+            with Sandbox() as box:
+                assert box.backend == "fallback" and box.inner_workdir == str(box.workdir)
+    assert len([r for r in caplog.records if "WEAKER" in r.message]) == 1
+    with pytest.raises(ValueError, match="known: auto, bwrap, fallback"):
+        Sandbox(backend="docker")  # type: ignore[arg-type]
