@@ -32,7 +32,7 @@ class ModelConfig(_Section):
 
 class EnvConfig(_Section):
     name: str = "sql"
-    """Environment name: a built-in (`sql`, `math`) or a plugin named in `environments`."""
+    """Environment name: a built-in (`sql`, `math`, `search`, `python`, `shell`) or a plugin named in `environments`."""
     tasks: str | None = None
     """A JSONL task file to train on instead of the environment's bundled suite."""
     train_split: str = "train"
@@ -234,6 +234,26 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
         "optim": {"lr": 1e-5},
         "trainer": {"max_steps": 30},
         "eval": {"limit": 40},
+    },
+    "python": {
+        "env": {"max_turns": 4},
+        "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 96},
+        "optim": {"lr": 1e-5},
+        "trainer": {"max_steps": 30},
+        "eval": {"limit": 40},
+    },
+    "shell": {
+        # Harbor tasks need a few commands each; observations can be long
+        "env": {"max_turns": 8},
+        "rollout": {
+            "batch_size": 2,
+            "group_size": 4,
+            "max_new_tokens": 128,
+            "max_total_tokens": 4096,
+        },
+        "optim": {"lr": 1e-5},
+        "trainer": {"max_steps": 20},
+        "eval": {"limit": 2},
     },
     "math": {
         "env": {"max_turns": 1},

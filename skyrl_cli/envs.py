@@ -1,0 +1,87 @@
+"""`skyrl envs`: the environments `skyrl train --env NAME` accepts, with their action grammar."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skyrl_cli.errors import fail
+
+
+def envs(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Project config naming plugins (default: ./skyrl.yaml)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON lines instead of a table.")
+    ] = False,
+) -> None:
+    """List built-in environments and plugins (skyrl.yaml and the skyrl.environments entry points).
+
+    \b
+    Examples:
+      skyrl envs
+      skyrl envs --config my-agent/skyrl.yaml
+      skyrl envs --json
+    """
+    from environments import registry
+    from trainers.config import ConfigError, read_yaml
+
+    if config is None and Path("skyrl.yaml").exists():
+        config = Path("skyrl.yaml")
+    declared: dict[str, str] = {}
+    base = Path.cwd()
+    if config is not None:
+        try:
+            declared = read_yaml(config).get("environments") or {}
+        except ConfigError as e:
+            fail(str(e))
+        if not isinstance(declared, dict):
+            fail(f"{config}: 'environments' must map names to 'module:Class' or 'file.py:Class'")
+        base = config.resolve().parent
+    rows = []
+    for name, spec in registry.known_envs(declared).items():
+        builtin = name in registry.BUILTINS
+        grammar = spec.grammar
+        if not builtin:
+            grammar = _plugin_grammar(spec.entry, base)
+        rows.append(
+            {
+                "name": name,
+                "kind": "built-in" if builtin else "plugin",
+                "id": spec.gym_id or spec.entry,
+                "grammar": grammar,
+                "bundled_tasks": spec.suite is not None,
+            }
+        )
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "kind", "id / entry", "actions", box=None)
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["kind"]), str(r["id"]), str(r["grammar"]))
+    Console().print(table)
+    print("\ntrain one: skyrl train --env NAME   (plugins: --tasks FILE for your own tasks)")
+
+
+def _plugin_grammar(entry: str, base: Path) -> str:
+    """A plugin's `grammar` attribute, else its docstring's first line; errors are shown inline."""
+    from environments import registry
+
+    try:
+        cls = registry.load_class(entry, base)
+    except Exception as e:  # noqa: BLE001 - a broken plugin is listed with why, not fatal
+        return f"(cannot load: {e})"
+    grammar = getattr(cls, "grammar", None)
+    if isinstance(grammar, str) and grammar:
+        return grammar
+    doc = (cls.__doc__ or "").strip().splitlines()
+    return doc[0] if doc else "(no description)"
