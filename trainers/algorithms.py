@@ -383,7 +383,7 @@ def aggregate_loss(
     """Reduce a per-token loss to a scalar over valid (mask == 1) tokens.
 
     token-mean:               sum_{i,t} m l / sum_{i,t} m                 (DAPO; TRL "bnpo"/"dapo")
-    seq-mean-token-mean:      (1/B) sum_i [sum_t m l / max(1, sum_t m)]   (GRPO; TRL "grpo")
+    seq-mean-token-mean:      (1/B) sum_i [sum_t m l / max(1, sum_t m)]   (GSPO; TRL "grpo")
     seq-mean-token-sum-norm:  sum_{i,t} m l / (B * constant)              (Dr. GRPO; TRL "dr_grpo")
 
     An all-masked sequence contributes 0 (and still counts in B); an all-masked batch gives 0.

@@ -47,7 +47,7 @@ class RolloutConfig(_Section):
     engine: Literal["hf", "vllm"] = "hf"
     """Inference backend for rollouts: `hf` (transformers, runs anywhere) or `vllm`."""
     batch_size: int = Field(4, ge=1)
-    """Tasks per training step (P)."""
+    """Tasks per sampling round (P); one round per step unless dynamic sampling asks for more."""
     group_size: int = Field(4, ge=1)
     """Episodes per task (G); advantages are normalised within a group."""
     max_new_tokens: int = Field(96, ge=1)
@@ -82,7 +82,7 @@ class AlgorithmConfig(_Section):
     clip_high: float = Field(0.2, gt=0)
     """Upper ratio clip: the ratio is kept below 1 + clip_high (DAPO's clip-higher: > clip_low)."""
     dual_clip: float | None = Field(None, gt=1)
-    """Dual-clip bound c > 1 for negative advantages (null = off)."""
+    """Dual-clip bound c > 1 for negative advantages (null = off; not for gspo)."""
     loss_agg: LossAgg = "token-mean"
     """How per-token losses become one number: `token-mean`, `seq-mean-token-mean`, `seq-mean-token-sum-norm`."""
     loss_agg_constant: int | None = Field(None, ge=1)
@@ -137,6 +137,10 @@ class AlgorithmConfig(_Section):
                 "kl_in_reward applies to ppo and reinforce_pp only; "
                 f"for {self.name} the KL goes into the loss (set kl_in_reward=false)"
             )
+        if self.dual_clip is not None and self.name == "gspo":
+            raise ValueError("dual_clip is a per-token clip; gspo clips whole sequences (unset it)")
+        if self.kl_target is not None and self.kl_coef == 0:
+            raise ValueError("kl_target adapts kl_coef, which is 0; set an initial kl_coef > 0")
         return self
 
 
@@ -152,7 +156,8 @@ class OptimConfig(_Section):
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up, in optimizer steps."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
-    """Learning rate after warm-up: constant, or decayed to min_lr_ratio × lr by the last step."""
+    """Learning rate after warm-up: constant, or decayed to min_lr_ratio × lr by the last step
+    (the horizon is max_steps × this step's optimizer steps, an estimate under dynamic sampling)."""
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     """Floor of the linear and cosine schedules, as a fraction of lr."""
 
@@ -161,7 +166,8 @@ class TrainerConfig(_Section):
     schedule: Literal["sync"] = "sync"
     """`sync`: generate, then train, then push weights."""
     max_steps: int = Field(30, ge=1)
-    """Training steps (one step = batch_size × group_size episodes and one update)."""
+    """Training steps; a step samples (one or more rounds of) episodes, then updates the
+    policy with ppo_epochs × mini-batches optimizer steps."""
     seed: int = 0
     """Seeds task order, sampling and initialisation; a run with the same seed repeats exactly."""
     checkpoint_every: int = Field(5, ge=1)
@@ -199,6 +205,17 @@ class RayConfig(_Section):
 
 class RunConfig(_Section):
     """Everything a training run needs; saved resolved to `runs/<id>/config.yaml`."""
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> RunConfig:
+        a = self.algorithm
+        too_big = (a.train_batch_size or 0) > self.rollout.batch_size
+        if too_big and not a.dynamic_sampling:
+            raise ValueError(
+                f"algorithm.train_batch_size ({a.train_batch_size}) exceeds rollout.batch_size "
+                f"({self.rollout.batch_size}); only dynamic sampling samples extra rounds"
+            )
+        return self
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
@@ -345,7 +362,8 @@ def _explain(err: ValidationError) -> str:
         known = ", ".join(getattr(section, "model_fields", {}))
         return f"unknown config key {where!r}; accepted keys here: {known}"
     if first["type"] == "value_error":  # a cross-field check: its message is the sentence
-        return f"{where}: {first['msg'].removeprefix('Value error, ')}"
+        msg = first["msg"].removeprefix("Value error, ")
+        return f"{where}: {msg}" if where else msg
     value = first.get("input")
     return f"bad value {value!r} for {where}: {first['msg'].lower()}"
 

@@ -1,7 +1,8 @@
-"""Greedy accuracy of the current policy on a task split (before/after training)."""
+"""Accuracy (and pass@k) of a policy on a task split: before/after training and `skyrl eval`."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,12 +15,31 @@ from agents.chat import ChatFormat
 from agents.trajectory import Trajectory
 from tasks.task import Task
 
+MAX_GROUPS = 20
+"""A metadata key with more distinct values than this is no breakdown (an id, a path)."""
+
 
 def is_correct(traj: Trajectory) -> bool:
     """An environment says `correct` in its final info; otherwise full reward counts."""
     if "correct" in traj.info:
         return bool(traj.info["correct"])
     return traj.error is None and traj.reward >= 1.0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021) from n samples of which c are correct:
+    1 - C(n-c, k) / C(n, k), the chance that k of the n drawn without replacement hold one."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def ks_for(samples: int) -> list[int]:
+    """The k reported for `samples` samples per task: 1, powers of two, and `samples`."""
+    ks = {1, samples} | {2**i for i in range(1, samples.bit_length()) if 2**i < samples}
+    return sorted(ks)
 
 
 def evaluate(
@@ -31,24 +51,35 @@ def evaluate(
     pool: ThreadPoolExecutor,
     seed: int,
     batch: int = 16,
+    *,
+    samples: int = 1,
+    on_done: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
-    """Run each task once (the generate function decides greedy or not); report accuracy."""
+    """Run each task `samples` times (the generate function decides greedy or not).
+
+    Returns the report (accuracy = pass@1 over every episode; `pass@k` for each k of
+    `ks_for(samples)` when samples > 1; `by_<key>` accuracy for each metadata key the tasks
+    share, with counts and pass@k in `breakdown`) and the trajectories, task-major
+    (task 0's samples first). `on_done(n)` is called after every batch of n episodes.
+    """
+    flat = [(i, t, s) for i, t in enumerate(tasks) for s in range(samples)]
     trajs: list[Trajectory] = []
-    for i in range(0, len(tasks), batch):
-        chunk = tasks[i : i + batch]
-        seeds = [episode_seed(seed, "eval", t.id) for t in chunk]
+    for start in range(0, len(flat), batch):
+        chunk = flat[start : start + batch]
+        # sample 0 keeps the seed greedy evaluation always used, so reports stay comparable
+        seeds = [
+            episode_seed(seed, "eval", t.id) if s == 0 else episode_seed(seed, "eval", t.id, s)
+            for _, t, s in chunk
+        ]
         trajs += run_episodes(
-            generate, make_env, chat, chunk, list(range(len(chunk))), seeds, budget, pool
-        )
-    by: dict[str, dict[str, list[bool]]] = {
-        "difficulty": defaultdict(list),
-        "database": defaultdict(list),
-    }
-    for task, traj in zip(tasks, trajs, strict=True):
-        ok = is_correct(traj)
-        for key in by:
-            if key in task.metadata:
-                by[key][str(task.metadata[key])].append(ok)
+            generate, make_env, chat, [t for _, t, _ in chunk], [i for i, _, _ in chunk], seeds,
+            budget, pool,
+        )  # fmt: skip
+        if on_done is not None:
+            on_done(len(chunk))
+    correct_T = [
+        sum(map(is_correct, trajs[i * samples : (i + 1) * samples])) for i in range(len(tasks))
+    ]
     n = len(trajs)
     report: dict[str, Any] = {
         "n": n,
@@ -56,7 +87,36 @@ def evaluate(
         "mean_reward": sum(t.reward for t in trajs) / max(1, n),
         "errors": sum(t.error is not None for t in trajs),
     }
-    for key, groups in by.items():
-        if groups:
-            report[f"by_{key}"] = {k: sum(v) / len(v) for k, v in sorted(groups.items())}
+    if samples > 1:
+        report.update(tasks=len(tasks), samples=samples)
+        report.update(_pass_at(correct_T, samples))
+    breakdown: dict[str, dict[str, dict[str, float]]] = {}
+    for key, groups in _groups(tasks).items():
+        report[f"by_{key}"] = {
+            v: sum(correct_T[i] for i in idx) / (len(idx) * samples) for v, idx in groups.items()
+        }
+        breakdown[key] = {
+            v: {"tasks": len(idx), **_pass_at([correct_T[i] for i in idx], samples)}
+            for v, idx in groups.items()
+        }
+    if breakdown:
+        report["breakdown"] = breakdown
     return report, trajs
+
+
+def _pass_at(correct_T: list[int], samples: int) -> dict[str, float]:
+    """Mean pass@k over tasks for every reported k (pass@1 = plain accuracy)."""
+    return {
+        f"pass@{k}": sum(pass_at_k(samples, c, k) for c in correct_T) / max(1, len(correct_T))
+        for k in ks_for(samples)
+    }
+
+
+def _groups(tasks: list[Task]) -> dict[str, dict[str, list[int]]]:
+    """metadata key -> value -> task indices, for keys with short scalar values (a handful)."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for i, task in enumerate(tasks):
+        for key, value in task.metadata.items():
+            if isinstance(value, str | int | bool) and len(str(value)) <= 40:
+                out[key][str(value)].append(i)
+    return {k: dict(sorted(g.items())) for k, g in sorted(out.items()) if len(g) <= MAX_GROUPS}

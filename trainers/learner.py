@@ -1,7 +1,8 @@
 """The `torch` learner: the trainable policy, its optimizer, and one update per step.
 
-The loop hands it finished trajectories (token ids, loss mask, one advantage per sequence)
-and gets metrics back. Log-probs are computed only at the positions that carry loss: the
+The loop hands it finished trajectories (token ids, loss mask, the episode's reward and, for
+the group estimators, one advantage per sequence) and gets metrics back; ppo and
+reinforce_pp build token-level advantages here, where the critic and the reference live. Log-probs are computed only at the positions that carry loss: the
 vocabulary projection is a large share of a small model's compute, and prompt and
 environment positions never need it.
 """
@@ -21,6 +22,7 @@ from trainers.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     aggregation_weights,
+    entropy_from_logits,
     explained_variance,
     gae_advantages,
     gspo_loss,
@@ -133,9 +135,7 @@ class TorchLearner:
         )
         logp_N_V = torch.log_softmax(logits_N_V, dim=-1)
         logp_N = logp_N_V.gather(-1, targets_N[:, None])[:, 0]
-        entropy_N = (
-            -(logp_N_V.exp() * logp_N_V).sum(-1) if with_entropy else torch.zeros_like(logp_N)
-        )
+        entropy_N = entropy_from_logits(logits_N_V) if with_entropy else torch.zeros_like(logp_N)
         return logp_N, entropy_N, seq_N
 
     def _loss_hidden(

@@ -352,7 +352,10 @@ def step_metrics(
         "groups/zero_variance": float(zero_var),
     }
     out.update({k: float(v) for k, v in learn.items()})
+    # a step with nothing to train on (every group dropped or failed) still has every key
     for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm", "lr"):
+        out.setdefault(key, 0.0)
+    for key in ("adv/mean", "adv/std", "updates", "trained_tokens"):
         out.setdefault(key, 0.0)
     return out
 

@@ -158,3 +158,52 @@ def test_loss_aggregation_changes_the_gradient(tiny):
     token = grad_norm("token-mean")
     seq = grad_norm("seq-mean-token-mean")
     assert token != pytest.approx(seq)
+
+
+def _learner(tiny, **algorithm):
+    cfg = build_config(
+        [{"model": {"name": "tiny"}, "optim": {"lr": 1e-2}, "algorithm": algorithm}],
+        env_name="math",
+    )
+    return TorchLearner(tiny, cfg)
+
+
+def _advantaged_batch():
+    batch = _two_groups()
+    for s in batch:
+        s.advantage = s.reward - 1 / 3
+    return batch
+
+
+def test_truncated_importance_weights_use_the_samplers_logprobs(tiny):
+    learner = _learner(tiny, tis_cap=2.0)
+    batch = _advantaged_batch()
+    # the sampler scored every token 1 nat lower than the learner: ratio e^1 = 2.72, capped at 2
+    for s, lps in zip(batch, learner.forward_logprobs(batch), strict=True):
+        it = iter(lps)
+        s.logprobs = [0.0] + [next(it) - 1.0 if m else 0.0 for m in s.loss_mask[1:]]
+    metrics = learner.train_step(batch)
+    assert metrics["tis/mean_weight"] == pytest.approx(2.0, abs=1e-4)
+
+
+def test_adaptive_kl_moves_the_coefficient_and_the_reference_is_loaded(tiny):
+    learner = _learner(tiny, kl_coef=0.1, kl_target=0.5, kl_horizon=6)
+    assert learner.ref is not None
+    first = learner.train_step(_advantaged_batch())
+    # step 1: KL 0 (policy = reference) -> error clipped to -0.2 -> 0.1 * (1 - 0.2 * 6 / 6) = 0.08
+    assert first["kl"] == pytest.approx(0.0, abs=1e-6) and first["kl_coef"] == pytest.approx(0.1)
+    assert learner.kl_ctl.value == pytest.approx(0.08)
+    second = learner.train_step(_advantaged_batch())
+    assert second["kl_coef"] == pytest.approx(0.08) and second["kl"] > 0
+
+
+def test_entropy_bonus_and_dual_clip_change_the_update(tiny):
+    def norm(**algorithm):
+        return _learner(tiny, **algorithm).train_step(_advantaged_batch())["grad_norm"]
+
+    plain = norm()
+    assert norm(entropy_coef=0.5) != pytest.approx(plain)
+    # dual clip binds only where ratio * A < -c * A for A < 0: after the first of two epochs
+    # with a large step the ratio moves, and a tight bound (c = 1.001) removes gradient
+    two = {"ppo_epochs": 2, "mini_batch_size": 3}
+    assert norm(**two, dual_clip=1.001) != pytest.approx(norm(**two))
