@@ -37,7 +37,7 @@ from environments.swe_harness import grade
 from tasks.swe.build import diff_against
 from tasks.task import Task
 
-__all__ = ["SWEEnv", "instance_task"]
+__all__ = ["SWEEnv", "instance_task", "load_suite"]
 
 MAX_ACTION_CHARS = 100_000
 MAX_OBSERVATION_CHARS = 1_000_000
@@ -72,6 +72,20 @@ def _mini_suite() -> tuple[Task, ...]:
     from tasks.swe import load_instances
 
     return tuple(instance_task(i) for i in load_instances("swe-bench-mini"))
+
+
+def load_suite(split: str | None = None) -> list[Task]:
+    """swe-bench-mini as Tasks (the registry's `suite` hook). It is an evaluation suite:
+    `dev`, `test` and None give every instance; `train` is refused, so nothing evaluated
+    is trained on (train on your own instances with `--tasks FILE`, lines of `instance_task`)."""
+    if split == "train":
+        raise ValueError(
+            "swe-bench-mini is an evaluation suite with no train split; "
+            "train on your own instances with --tasks FILE"
+        )
+    if split not in (None, "dev", "test"):
+        raise ValueError(f"unknown split {split!r}; accepted: dev, test")
+    return list(_mini_suite())
 
 
 class SWEEnv(gym.Env):
