@@ -187,6 +187,9 @@ class EvalConfig(_Section):
     """Score the initial model before training."""
     after: bool = True
     """Score the final model after training."""
+    every: int = Field(0, ge=0)
+    """Also score every N steps during training (0 = only before/after); the accuracy goes
+    into that step's metrics.jsonl line as `eval/accuracy` and the report to eval/step-NNNNNN.json."""
 
 
 class TrackingConfig(_Section):

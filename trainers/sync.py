@@ -277,6 +277,15 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
                 "policy_version": version,
             }
         )
+        if (
+            eval_tasks
+            and cfg.eval.every
+            and step % cfg.eval.every == 0
+            and step < cfg.trainer.max_steps
+        ):
+            report = run_eval(f"step-{step:06d}", step)
+            metrics["eval/accuracy"] = report["accuracy"]
+            metrics["eval/mean_reward"] = report["mean_reward"]
         run.write_rollouts(step, [t.to_record(step) for t in trajs])
         run.append_metrics({"step": step, "time": time.time(), **metrics})
         tracker.log_metrics(metrics, step)

@@ -44,7 +44,7 @@ def test_help_does_not_import_heavy_modules(tmp_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--env", "nope"], "unknown environment 'nope'; known: math, sql"),
+        (["--env", "nope"], "unknown environment 'nope'; known: math, python, search, shell, sql"),
         (
             ["--model", "nonexistent-model"],
             "unknown model 'nonexistent-model'; use a preset (tiny, smollm2-135m",
@@ -100,6 +100,8 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
         "m",
         "--set",
         "trainer.checkpoint_every=2",
+        "--set",
+        "eval.every=2",
         "--ray-address",
         ray_address,
         cwd=tmp_path,
@@ -129,6 +131,14 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
         assert (d / "model" / "config.json").exists() and (d / "optimizer.pt").exists()
         assert json.loads((d / "trainer_state.json").read_text())["step"] == int(c[-6:])
     assert json.loads((run / "eval" / "after.json").read_text())["n"] == 4
+    # eval.every=2: step 2 is scored in-between (step 3, the last, is the "after" eval)
+    assert json.loads((run / "eval" / "step-000002.json").read_text())["step"] == 2
+    assert "eval/accuracy" in metrics[1] and "eval/accuracy" not in metrics[0]
+    assert sorted(p.name for p in (run / "eval").glob("*.json")) == [
+        "after.json",
+        "before.json",
+        "step-000002.json",
+    ]
     summary = skyrl("watch", "--once", str(run), cwd=tmp_path).stdout
     assert "finished" in summary and "3/3" in summary and "reward" in summary
 
