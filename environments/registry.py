@@ -64,6 +64,13 @@ BUILTINS: dict[str, EnvSpec] = {
         gym_id="skyrl/Shell-v0",
         suite="tasks.harbor:load_suite",
     ),
+    "swe": EnvSpec(
+        name="swe",
+        entry="environments.swe:SWEEnv",
+        grammar="<bash>command</bash> runs in the checked-out repo; <submit/> grades its git diff",
+        gym_id="skyrl/SWE-v0",
+        suite="environments.swe:load_suite",
+    ),
     "math": EnvSpec(
         name="math",
         entry="environments.math:MathEnv",

@@ -42,7 +42,7 @@ def runs(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("id", "env", "model", "state", "step", "last reward", box=None)
+    table = Table("id", "env", "model", "state", "step", "last reward", "eval", box=None)
     colors = {
         "running": "green",
         "finished": "blue",
@@ -54,6 +54,12 @@ def runs(
         reward = "-" if r["last_reward"] is None else f"{r['last_reward']:+.3f}"
         state = f"[{colors.get(r['state'], 'white')}]{r['state']}[/]"
         table.add_row(
-            r["id"], r["env"], r["model"], state, f"{r['step']}/{r['max_steps'] or '?'}", reward
+            r["id"],
+            r["env"],
+            r["model"],
+            state,
+            f"{r['step']}/{r['max_steps'] or '?'}",
+            reward,
+            r["last_eval"] or "-",
         )
     Console().print(table)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -62,11 +63,22 @@ def ray_address(tmp_path_factory):
             time.sleep(0.5)
     time.sleep(2)
     yield address
+    # A graceful `ray start --block` shutdown takes ~30 s; this cluster holds nothing worth
+    # saving, so after a short grace period kill its process group and every process that
+    # names its private temp dir (gcs, raylet, ...); workers exit when their raylet dies.
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=3)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in os.listdir("/proc"):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pid.isdigit() and str(temp_dir).encode() in cmdline:
+                with contextlib.suppress(OSError):
+                    os.kill(int(pid), signal.SIGKILL)
 
 
 def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: dict | None = None):

@@ -120,9 +120,20 @@ def select(instances: list[dict[str, Any]], ids: str | None, span: str | None) -
     return instances
 
 
+_repo_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
 def ensure_repo(repos_dir: Path, repo: str) -> str | None:
     """Make `repos_dir/owner__name` exist (cloned from GitHub when the network allows);
-    None when it is there, else why not (one sentence)."""
+    None when it is there, else why not (one sentence). One clone per repo at a time."""
+    with _locks_lock:
+        lock = _repo_locks.setdefault(repo, threading.Lock())
+    with lock:
+        return _ensure_repo(repos_dir, repo)
+
+
+def _ensure_repo(repos_dir: Path, repo: str) -> str | None:
     dest = repos_dir / repo.replace("/", "__")
     if (dest / ".git").exists() or (dest / "HEAD").exists():
         return None
@@ -294,10 +305,20 @@ def run_shell_agent(
     cpt = policy.chars_per_token
     budget = Budget(opts.max_new_tokens * cpt, opts.max_total_tokens * cpt)
     make_env = partial(SWEEnv, max_turns=opts.max_turns, repos_dir=repos)
-    generate = policy.generate_fn(0.0)
+    greedy = policy.generate_fn(0.0)
+    turn = [0]
+
+    def generate(reqs: list[Any]) -> list[Any]:  # greedy, with a line per turn of the batch
+        turn[0] += 1
+        t0 = time.time()
+        out = greedy(reqs)
+        note(f"  turn {turn[0]}: {len(reqs)} live episode(s), {time.time() - t0:.0f}s generating")
+        return out
+
     with ThreadPoolExecutor(opts.workers, thread_name_prefix="skyrl-swe") as pool:
         for i in range(0, len(ready), opts.workers):
             chunk = ready[i : i + opts.workers]
+            turn[0] = 0
             tasks = [instance_task(inst) for inst in chunk]
             seeds = [episode_seed(opts.seed, "swe", t.id) for t in tasks]
             trajs = run_episodes(

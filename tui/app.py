@@ -20,7 +20,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from tui.chart import LineChart
-from tui.reader import RunReader, last_assistant_text, list_runs
+from tui.reader import RunReader, eval_line, last_assistant_text, list_runs, read_evals
 from tui.summary import fmt, fmt_duration, shorten
 from tui.trajectory import TrajectoryScreen
 
@@ -268,6 +268,9 @@ class RunScreen(Screen[None]):
             f"  {fmt(m.get('perf/episodes_per_s'), '.2f')} episodes/s"
             f"  {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         )
+        evals = read_evals(r.path)
+        if evals:
+            text.append("\neval " + "  ".join(f"{e['name']}: {eval_line(e)}" for e in evals[-3:]))
         if r.status.get("error") and state in ("failed", "stopped"):
             text.append(f"\nerror: {shorten(str(r.status['error']), 200)}", style="bold red")
         self.query_one("#run-header", Static).update(text)

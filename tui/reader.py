@@ -91,6 +91,29 @@ class RunSummary:
     max_steps: int | None
     last_reward: float | None
     error: str | None
+    last_eval: str | None = None
+    """The latest evaluation, e.g. `dev 12.5% @30` (accuracy of split at step)."""
+
+
+def read_evals(path: Path) -> list[dict[str, Any]]:
+    """Every `eval/*.json` report of a run (training's before/after/step-N and `skyrl eval`'s),
+    with its file stem as `name`, ordered by step then file time."""
+    out = []
+    for f in (path / "eval").glob("*.json"):
+        rec = _read_json(f)
+        if isinstance(rec.get("accuracy"), int | float):
+            out.append({**rec, "name": f.stem, "_mtime": _mtime(f) or 0.0})
+    out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else -1, r["_mtime"]))
+    return out
+
+
+def eval_line(rec: dict[str, Any]) -> str:
+    """One evaluation in a few words: `dev 12.5% @30` (plus pass@k when sampled)."""
+    text = f"{rec.get('split', '?')} {100 * rec['accuracy']:.1f}% @{rec.get('step', '?')}"
+    passes = sorted((k for k in rec if k.startswith("pass@")), key=lambda k: int(k[5:]))
+    if len(passes) > 1:
+        text += f" ({passes[-1]} {100 * rec[passes[-1]]:.1f}%)"
+    return text
 
 
 def summarize(path: Path) -> RunSummary:
@@ -108,6 +131,7 @@ def summarize(path: Path) -> RunSummary:
         max_steps=int(max_steps) if isinstance(max_steps, int) else None,
         last_reward=status.get("last_reward"),
         error=status.get("error"),
+        last_eval=eval_line(evals[-1]) if (evals := read_evals(path)) else None,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tui.reader import RunReader, last_assistant_text
+from tui.reader import RunReader, eval_line, last_assistant_text, read_evals
 
 
 def shorten(text: str, width: int) -> str:
@@ -62,6 +62,11 @@ def summary_text(reader: RunReader, width: int = 80) -> str:
         f"   {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         f"   {fmt(m.get('time/step'), '.1f')} s/step",
     ]
+    evals = read_evals(reader.path)
+    if evals:
+        lines += ["", "evaluations (greedy unless pass@k)"]
+        for rec in evals:
+            lines.append(f"  {rec['name']:<24} {eval_line(rec)}   {rec.get('n', '?')} episodes")
     best, worst = best_and_worst(reader)
     for title, group in (("best", best), ("worst", worst)):
         if not group:

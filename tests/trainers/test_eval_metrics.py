@@ -60,3 +60,68 @@ def test_openai_spec() -> None:
     )
     with pytest.raises(ValueError, match="openai:MODEL@BASE_URL"):
         parse_spec("openai:gpt-4o")
+
+
+def test_evaluate_reports_pass_at_k_and_the_metadata_breakdown() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agents.agent_loop import Budget
+    from agents.engine import GenResult
+    from environments.math import MathEnv
+    from tasks.task import Task
+    from trainers.evaluate import evaluate
+
+    calls = {"n": 0}
+
+    def generate(reqs):  # a scripted policy: "4" on odd calls, "5" on even ones
+        out = []
+        for _ in reqs:
+            calls["n"] += 1
+            text = f"<answer>{4 if calls['n'] % 2 else 5}</answer>"
+            out.append(GenResult([ord(c) for c in text], [0.0] * len(text), "stop", 0))
+        return out
+
+    tasks = [
+        Task("a", "math", "2+2?", answer=4, metadata={"difficulty": 1, "task_dir": "x" * 50}),
+        Task("b", "math", "1+3?", answer=4, metadata={"difficulty": 1}),
+        Task("c", "math", "9+9?", answer=18, metadata={"difficulty": 2}),
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        report, trajs = evaluate(
+            generate, MathEnv, ChatFormat(TextTokenizer()), tasks, Budget(64, 4096), pool, 0,
+            batch=2, samples=2,
+        )  # fmt: skip
+    # calls 1..6 answer 4,5,4,5,4,5: a gets (4,5) -> 1 of 2, b (4,5) -> 1 of 2, c never
+    assert [t.task_id for t in trajs] == ["a", "a", "b", "b", "c", "c"]
+    assert report["n"] == 6 and report["tasks"] == 3 and report["accuracy"] == pytest.approx(2 / 6)
+    # pass@2 per task: a and b 1 - C(1,2)/C(2,2) = 1, c 0 -> mean 2/3
+    assert report["pass@2"] == pytest.approx(2 / 3)
+    assert report["by_difficulty"] == {"1": 0.5, "2": 0.0}
+    assert report["breakdown"]["difficulty"]["1"] == {"tasks": 2, "pass@1": 0.5, "pass@2": 1.0}
+    assert "by_task_dir" not in report  # long values (paths, ids) are no groups
+
+
+def test_model_spec_resolution(tmp_path) -> None:
+    import json
+
+    from trainers.eval_run import resolve_eval_model
+
+    run = tmp_path / "math-1"
+    for step in (2, 3):
+        ckpt = run / "checkpoints" / f"step-{step:06d}"
+        (ckpt / "model").mkdir(parents=True)
+        (ckpt / "trainer_state.json").write_text(json.dumps({"step": step}))
+    (run / "checkpoints" / ".tmp-step-000004").mkdir()  # an unfinished checkpoint is ignored
+    (run / "config.yaml").write_text("env: {name: math}\n")
+    ref = resolve_eval_model(str(run))  # a run: its latest complete checkpoint
+    assert (ref.run_dir, ref.step, ref.path) == (
+        run,
+        3,
+        run / "checkpoints" / "step-000003" / "model",
+    )
+    ref = resolve_eval_model(str(run / "checkpoints" / "step-000002"))  # a named checkpoint
+    assert (ref.run_dir, ref.step) == (run, 2)
+    ref = resolve_eval_model("openai:m@http://127.0.0.1:1")
+    assert ref.openai == ("m", "http://127.0.0.1:1/v1") and ref.run_dir is None
+    with pytest.raises(ValueError, match="unknown model 'nothing-here'"):
+        resolve_eval_model("nothing-here")

@@ -124,3 +124,32 @@ def test_open_large_run_is_fast(tmp_path: Path) -> None:
     assert len(r.metrics) == 5000 and len(r.rollouts) == 2000
     assert r.rollouts[-1]["step"] == 5000
     assert elapsed < 10
+
+
+def test_evals_are_read_in_step_order_with_pass_at_k(tmp_path):
+    import json
+
+    from tui.reader import eval_line, read_evals
+
+    (tmp_path / "eval").mkdir()
+    reports = {
+        "after": {"split": "dev", "step": 30, "accuracy": 0.25, "n": 8},
+        "before": {"split": "dev", "step": 0, "accuracy": 0.125, "n": 8},
+        "dev-step-000030-k4": {
+            "split": "dev",
+            "step": 30,
+            "accuracy": 0.25,
+            "n": 32,
+            "pass@1": 0.25,
+            "pass@2": 0.4,
+            "pass@4": 0.5,
+        },
+        "broken": {"split": "dev"},  # no accuracy: not an evaluation report
+    }
+    for name, rec in reports.items():
+        (tmp_path / "eval" / f"{name}.json").write_text(json.dumps(rec))
+    evals = read_evals(tmp_path)
+    assert [e["name"] for e in evals][0] == "before" and len(evals) == 3
+    assert eval_line(evals[0]) == "dev 12.5% @0"
+    k4 = [e for e in evals if e["name"].endswith("k4")][0]
+    assert eval_line(k4) == "dev 25.0% @30 (pass@4 50.0%)"
