@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -42,7 +43,11 @@ def runs(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("id", "env", "model", "state", "step", "last reward", "eval", box=None)
+    table = Table(box=None)
+    # the id is what users copy into --resume and watch: never shorten it
+    table.add_column("id", no_wrap=True, min_width=max(len(r["id"]) for r in rows))
+    for name in ("env", "model", "state", "step", "last reward", "eval"):
+        table.add_column(name, no_wrap=True)
     colors = {
         "running": "green",
         "finished": "blue",
@@ -62,4 +67,5 @@ def runs(
             reward,
             r["last_eval"] or "-",
         )
-    Console().print(table)
+    # piped (scripts, CI logs): never truncate; a terminal gets a table that fits it
+    Console(width=None if sys.stdout.isatty() else 1000).print(table)
