@@ -399,8 +399,25 @@ def save_config(cfg: RunConfig, path: Path) -> None:
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
 
 
+# Keys renamed since a run directory could first be written: old name -> new name(s).
+_RENAMED = {"clip_eps": ("clip_low", "clip_high"), "epochs": ("ppo_epochs",)}
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A config.yaml written by an older skyrl, in today's keys (same meaning, new names)."""
+    algorithm = data.get("algorithm")
+    if isinstance(algorithm, dict):
+        for old, new in _RENAMED.items():
+            if old in algorithm:
+                value = algorithm.pop(old)
+                for key in new:
+                    algorithm.setdefault(key, value)
+    return data
+
+
 def load_saved_config(path: Path) -> RunConfig:
+    """A run's saved config (also from runs written before a key was renamed)."""
     try:
-        return RunConfig.model_validate(read_yaml(path))
+        return RunConfig.model_validate(_upgrade(read_yaml(path)))
     except ValidationError as e:
         raise ConfigError(f"{path}: {_explain(e)}") from None

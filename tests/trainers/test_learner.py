@@ -207,3 +207,15 @@ def test_entropy_bonus_and_dual_clip_change_the_update(tiny):
     # with a large step the ratio moves, and a tight bound (c = 1.001) removes gradient
     two = {"ppo_epochs": 2, "mini_batch_size": 3}
     assert norm(**two, dual_clip=1.001) != pytest.approx(norm(**two))
+
+
+def test_a_run_saved_before_the_algorithm_keys_were_renamed_still_loads(tmp_path):
+    import yaml
+
+    from trainers.config import load_saved_config
+
+    old = {"algorithm": {"name": "grpo", "clip_eps": 0.3, "epochs": 2, "kl_coef": 0.0}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    cfg = load_saved_config(tmp_path / "config.yaml")
+    assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (0.3, 0.3)
+    assert cfg.algorithm.ppo_epochs == 2
