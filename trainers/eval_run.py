@@ -124,9 +124,12 @@ def load_policy(ref: ModelRef, threads: int = 0) -> Policy:
             lambda r, t, p: api.generate(r, temperature=t, top_p=p),
             CHARS_PER_TOKEN,
         )
+    from transformers.utils import logging as hf_logging
+
     from agents.engine_hf import HFEngine
     from agents.models import resolve_model
 
+    hf_logging.disable_progress_bar()  # our own progress line follows; no tqdm bars
     path = ref.path or resolve_model(ref.spec)
     engine = HFEngine(path, threads=threads or os.cpu_count() or 1)
     return Policy(
