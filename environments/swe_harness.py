@@ -16,8 +16,9 @@ One grading, step by step (the official `run_instance` + eval script):
    then `patch --batch --fuzz=5 -p1 -i`; the tree is reset between attempts.
 5. Test files the patch touched are reset to `base_commit` (deleted if new), and the
    `test_patch` is applied.
-6. `pytest -rA` runs the test files of the `test_patch`, in `environments.sandbox`; each
-   test's status comes from the official pytest log parser.
+6. `pytest -rA` runs the test files of the `test_patch`, in `environments.sandbox`, with
+   the instance's cached Python env (below; built before step 4, from the clean checkout);
+   each test's status comes from the official pytest log parser.
 7. FAIL_TO_PASS / PASS_TO_PASS are graded with the official rules: a test passed when its
    status is PASSED or XFAIL, failed when FAILED, ERROR or absent from the log (a SKIPPED
    test counts as neither, as upstream). `resolved` when every F2P and every P2P test that
@@ -25,16 +26,29 @@ One grading, step by step (the official `run_instance` + eval script):
 
 Which Python runs the tests: inside bubblewrap (which hides `$HOME`, where venvs and pyenv
 interpreters usually live) or as the sandbox's own uid (when we are root), the system
-interpreter, with pytest's pure-Python packages copied from the current environment next to
-the checkout; otherwise the current interpreter. The mini repos need nothing beyond the
-standard library and pytest, so no per-repo venv is built: a venv would live in the hidden
-cache dir, and `--system-site-packages` from a venv sees the base interpreter's packages, not
-the venv's pytest. A suite whose repos have dependencies will need one.
+interpreter; otherwise the current one. Either way it imports from a `site/` dir on its
+`PYTHONPATH`: the instance's Python environment, built once per (repo, version, interpreter
+version) under `tasks.cache.cache_dir() / "swe-envs"` (see `env_dir`) and reused by every
+later instance of that repo and version. It holds the requirements of the repository at
+`base_commit` (its `requirements.txt`, or the instance's `requirements` list), installed by
+`<that interpreter> -m pip install --target` (the current interpreter's pip, for the same
+Python version, when that one has none), then pytest's pure-Python packages copied from the
+current environment (unless the requirements brought their own pytest). pip runs with
+`--no-index` (offline: local paths and wheels only) unless `$SKYRL_SWE_PIP_INDEX` names an
+index URL to use. A failed install is that instance's `error` and is not cached. Each
+sandbox gets the env as hard links in its work dir (`{inner_workdir}/site`), made after the
+sandbox hands the work dir to its uid, so they stay ours and read-only to sandboxed code;
+without a uid of its own the sandbox gets a plain copy instead. The repository itself is
+not installed: the tests run from its root, which is on `sys.path`. No venv is built: a
+venv would live in the hidden cache dir, and `--system-site-packages` from a venv sees the
+base interpreter's packages, not the venv's pytest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -48,12 +62,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from environments.sandbox import Limits, Sandbox
+from environments.sandbox import BACKEND_ENV, Limits, Sandbox, bwrap_available
 from tasks.swe.build import diff_against, git
 from tasks.swe.testrun import TEST_ENV, TestStatus, parse_log_pytest, passed, pytest_argv
 from tasks.swe.testrun import directives as _directives
 
-__all__ = ["GradeResult", "evaluate", "grade", "prediction", "report"]
+__all__ = ["GradeResult", "env_dir", "ensure_env", "evaluate", "grade", "prediction", "report"]
 
 Agent = Callable[[Path, dict[str, Any]], None]
 """Edits the checked-out repository (its path) to solve the instance (the dict)."""
@@ -69,6 +83,10 @@ PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py"
 PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging")
 """Distributions whose version pytest looks up (a minimal `.dist-info` is written for each)."""
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
+PIP_INDEX_ENV = "SKYRL_SWE_PIP_INDEX"
+"""An index URL for the env builds' pip; unset means `--no-index` (offline)."""
+PIP_TIMEOUT_S = 1800.0
+"""Wall-clock limit of one env build's `pip install`."""
 
 
 @dataclass
@@ -98,6 +116,9 @@ class GradeResult:
     """Wall-clock seconds of the grading (the agent's time excluded)."""
     workdir: Path | None = None
     """With `keep_workdir=True`: the kept dir (`repo/` the graded checkout, the patches)."""
+    python_env: str | None = None
+    """"cached" or "built": where the instance's Python env (`env_dir`) came from; None when
+    grading stopped before the tests needed one."""
 
     def to_report(self) -> dict[str, Any]:
         """The official per-instance `report.json` content."""
@@ -161,7 +182,12 @@ def grade(
             result.model_patch = diff_against(work, str(instance["base_commit"]))
             _reset(work)
         start = time.monotonic()
-        _grade_checkout(instance, work, root, result, log, timeout_s, sandboxed)
+        if not result.model_patch.strip():
+            result.empty_patch = True  # nothing runs, as upstream: no env is needed
+        else:
+            env = _prepare_env(instance, work, root, result, log, sandboxed)
+            if env is not None:
+                _grade_checkout(instance, work, root, env, result, log, timeout_s, sandboxed)
         result.duration_s = time.monotonic() - start
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         result.error = f"the harness failed: {e}"
@@ -178,15 +204,13 @@ def _grade_checkout(
     instance: dict[str, Any],
     work: Path,
     root: Path,
+    env: Path,
     result: GradeResult,
     log: list[str],
     timeout_s: float,
     sandboxed: bool,
 ) -> None:
-    """Steps 3-7 of the module docstring, filling `result` in place."""
-    if not result.model_patch.strip():
-        result.empty_patch = True
-        return
+    """Steps 4-7 of the module docstring (a non-empty patch), filling `result` in place."""
     base = str(instance["base_commit"])
     model_file = root / "model.patch"
     model_file.write_text(result.model_patch, encoding="utf-8")
@@ -209,7 +233,7 @@ def _grade_checkout(
     if proc.returncode != 0:
         result.error = "the test patch does not apply on top of the model patch"
         return
-    output, failure = _run_tests(root, test_files, timeout_s, sandboxed)
+    output, failure = _run_tests(root, test_files, timeout_s, sandboxed, env / "site")
     log.append(output)
     result.test_results = parse_log_pytest(output)
     if failure:
@@ -305,6 +329,66 @@ def evaluate(
     ]
 
 
+def env_dir(repo: str, version: str, python: str | None = None) -> Path:
+    """Where the Python env of `repo` at `version` for `python` lives (built or not).
+
+    `cache_dir()/swe-envs/<owner>__<name>-<version>-py<major><minor>`; `python` is the
+    interpreter that runs the tests, by default the one a sandbox uses (the system one).
+    """
+    from tasks.cache import cache_dir
+
+    major, minor = _python_version(python or _system_python())
+    name = f"{repo.replace('/', '__')}-{version}-py{major}{minor}"
+    return cache_dir() / "swe-envs" / name
+
+
+def ensure_env(
+    repo: str,
+    version: str,
+    requirements: Path | None = None,
+    *,
+    python: str | None = None,
+    cwd: Path | None = None,
+    log: list[str] | None = None,
+) -> tuple[Path, bool]:
+    """The env dir of (repo, version, python), built if missing; and whether it was built now.
+
+    Its `site/` holds the `requirements` file's packages (`pip install --target`, run in
+    `cwd`, which relative paths in the file are read against) and pytest's. Built in a temp
+    dir next to it and renamed into place under a file lock, so parallel graders (threads or
+    processes) build it once and never see half of it. Raises `EnvBuildError` (one line) when
+    pip fails; nothing is cached then.
+    """
+    python = python or _system_python()
+    target = env_dir(repo, version, python)
+    if (target / "site").is_dir():
+        return target, False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if (target / "site").is_dir():  # another grader built it while we waited
+                return target, False
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+            try:
+                _build_env(tmp, requirements, python, cwd or tmp, log if log is not None else [])
+                try:
+                    os.rename(tmp, target)  # atomic; fails if a lock-less builder won
+                except OSError:
+                    if not (target / "site").is_dir():
+                        raise
+                    return target, False
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # gone after a successful rename
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    return target, True
+
+
+class EnvBuildError(RuntimeError):
+    """An instance's Python env could not be built (the message is one line)."""
+
+
 # ------------------------------------------------------------------------------ internals
 
 
@@ -339,41 +423,214 @@ def _apply(work: Path, patch_file: Path, log: list[str]) -> bool:
     return False
 
 
-def _python_and_site(root: Path, sandbox: Sandbox | None) -> tuple[str, str | None]:
-    """The interpreter to run and a PYTHONPATH holding pytest, as seen by the tests."""
+def _system_python() -> str:
+    return next((p for p in SYSTEM_PYTHONS if os.access(p, os.X_OK)), sys.executable)
+
+
+def _sandbox_python(sandbox: Sandbox | None) -> str:
+    """The interpreter that runs the tests: the system one where `$HOME` is hidden (bwrap)
+    or the sandbox runs as its own uid; else the current one (the tests see the host as we
+    do)."""
     if sandbox is None or (sandbox.backend == "fallback" and sandbox.uid is None):
-        return sys.executable, None  # the tests see the host as we do
-    python = next((p for p in SYSTEM_PYTHONS if os.access(p, os.X_OK)), sys.executable)
-    site = root / "site"
-    site.mkdir(exist_ok=True)
+        return sys.executable
+    return _system_python()
+
+
+def _expected_python(sandboxed: bool) -> str:
+    """`_sandbox_python` of the sandbox `_run_tests` will make, before it exists (the
+    sandbox hands the work dir to its uid, which must wait until the git work is done)."""
+    bwrap = os.environ.get(BACKEND_ENV, "auto") != "fallback" and bwrap_available()
+    if sandboxed and (bwrap or os.geteuid() == 0):
+        return _system_python()
+    return sys.executable
+
+
+@functools.cache
+def _python_version(python: str) -> tuple[int, int]:
+    if python == sys.executable:
+        return sys.version_info.major, sys.version_info.minor
+    code = "import sys; print(*sys.version_info[:2])"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+        major, minor = out.stdout.split()
+        return int(major), int(minor)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return sys.version_info.major, sys.version_info.minor  # it will fail visibly later
+
+
+@functools.cache
+def _has_pip(python: str) -> bool:
+    argv = [python, "-m", "pip", "--version"]
+    return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+
+
+def _requirements(instance: dict[str, Any], work: Path, root: Path) -> Path | None:
+    """The instance's `requirements` list (written out), else the checkout's file, else None."""
+    listed = instance.get("requirements")
+    if isinstance(listed, str):
+        listed = listed.splitlines()
+    if listed:
+        path = root / "requirements.txt"
+        path.write_text("".join(f"{line}\n" for line in listed), encoding="utf-8")
+        return path
+    path = work / "requirements.txt"
+    return path if path.is_file() else None
+
+
+def _prepare_env(
+    instance: dict[str, Any],
+    work: Path,
+    root: Path,
+    result: GradeResult,
+    log: list[str],
+    sandboxed: bool,
+) -> Path | None:
+    """Step 4's prelude: the instance's cached Python env, built from the clean checkout at
+    `base_commit` if missing (so a model patch never changes what lands in the cache); None
+    with `result.error` set when it cannot be built."""
+    repo, version = str(instance["repo"]), str(instance.get("version") or "none")
+    start = time.monotonic()
+    built = True  # until known: pip may have left files in the checkout
+    try:
+        env, built = ensure_env(
+            repo,
+            version,
+            _requirements(instance, work, root),
+            python=_expected_python(sandboxed),
+            cwd=work,
+            log=log,
+        )
+    except EnvBuildError as e:
+        log.append(f"python env: failed: {e}")
+        result.error = f"the Python env of {repo} {version} could not be built: {e}"
+        return None
+    finally:
+        if built:
+            _reset(work)  # whatever pip left in the checkout (build dirs, egg-info)
+    result.python_env = "built" if built else "cached"
+    took = f" in {time.monotonic() - start:.1f} s" if built else ""
+    log.append(f"python env: {result.python_env} {env}{took}")
+    return env
+
+
+def _build_env(
+    dest: Path, requirements: Path | None, python: str, cwd: Path, log: list[str]
+) -> None:
+    """Fill `dest/site`: the requirements (pip), then pytest's packages where pip left none."""
+    site = dest / "site"
+    site.mkdir()
+    if requirements is not None:
+        _pip_install(site, requirements, python, cwd, log)
     for name in PYTEST_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             continue
         origin = Path(spec.origin)
         if origin.name == "__init__.py":
-            shutil.copytree(origin.parent, site / name, dirs_exist_ok=True)
-        else:
+            if not (site / name).exists():
+                shutil.copytree(origin.parent, site / name)
+        elif not (site / origin.name).exists():
             shutil.copy2(origin, site / origin.name)
     for dist in PYTEST_DISTRIBUTIONS:
+        if next(site.glob(f"{dist}-*.dist-info"), None) is not None:
+            continue  # the requirements brought their own
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             version = importlib.metadata.version(dist)
             info = site / f"{dist}-{version}.dist-info"
-            info.mkdir(exist_ok=True)
+            info.mkdir()
             meta = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
             (info / "METADATA").write_text(meta)
-    return python, f"{sandbox.inner_workdir}/site"
+    # readable by everyone (sandbox uids read it through hard links), writable by us alone
+    for path in [dest, *dest.rglob("*")]:
+        if not path.is_symlink():
+            mode = path.stat().st_mode & 0o7755
+            path.chmod(mode | (0o555 if path.is_dir() else 0o444))
+
+
+def _pip_install(site: Path, requirements: Path, python: str, cwd: Path, log: list[str]) -> None:
+    """`pip install --target site -r requirements` for `python`'s version; EnvBuildError if
+    it fails. Uses `python`'s pip, else the current interpreter's (binary wheels only when
+    the versions differ)."""
+    pip_python = python if _has_pip(python) else sys.executable
+    argv = [pip_python, "-m", "pip", "install", "--target", str(site), "-r", str(requirements)]
+    argv += ["--no-input", "--disable-pip-version-check", "--no-warn-script-location"]
+    index = os.environ.get(PIP_INDEX_ENV)
+    argv += ["--index-url", index] if index else ["--no-index"]
+    if _python_version(pip_python) != _python_version(python):
+        argv += ["--python-version", "{}.{}".format(*_python_version(python))]
+        argv += ["--only-binary=:all:"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        proc = subprocess.run(
+            argv,
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=PIP_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise EnvBuildError(f"pip install timed out after {PIP_TIMEOUT_S:g} s") from e
+    except OSError as e:
+        raise EnvBuildError(f"pip could not be started: {e}") from e
+    out = f"{proc.stdout}{proc.stderr}"
+    log.append(f"$ {' '.join(argv)}  (exit {proc.returncode})\n{out[-4000:]}")
+    if proc.returncode != 0:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR:")]
+        reason = (errors or lines or ["no output"])[-1][:300]
+        raise EnvBuildError(
+            f"pip install -r {requirements.name} failed (exit {proc.returncode}): {reason}"
+        )
+
+
+def _give_site(env_site: Path, dest: Path, link: bool) -> None:
+    """Copy the cached `site/` to `dest`: hard links (same inodes, ours and read-only to
+    the sandbox uid) when `link`, else (or across filesystems) real copies."""
+
+    def link_or_copy(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(
+        env_site, dest, symlinks=True, copy_function=link_or_copy if link else shutil.copy2
+    )
+
+
+def _run_plain(
+    work: Path, test_files: list[str], timeout_s: float, site: Path
+) -> tuple[str, int | None]:
+    """`tasks.swe.testrun.run_tests_plain` with `site` on the PYTHONPATH (trusted code)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env.update(TEST_ENV, PYTHONPATH=str(site))
+    try:
+        proc = subprocess.run(
+            pytest_argv(test_files, sys.executable),
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout or b""
+        return (out.decode(errors="replace") if isinstance(out, bytes) else out), None
+    return proc.stdout + proc.stderr, proc.returncode
 
 
 def _run_tests(
-    root: Path, test_files: list[str], timeout_s: float, sandboxed: bool
+    root: Path, test_files: list[str], timeout_s: float, sandboxed: bool, site: Path
 ) -> tuple[str, str | None]:
-    """Run pytest on the test files; return (output, the error that stopped it or None)."""
+    """Run pytest on the test files with the env's `site` (the cached one) importable;
+    return (output, the error that stopped it or None)."""
     env = dict(TEST_ENV)
     if not sandboxed:
-        from tasks.swe.testrun import run_tests_plain
-
-        output, code = run_tests_plain(str(root / "repo"), test_files, timeout_s)
+        output, code = _run_plain(root / "repo", test_files, timeout_s, site)
         return output, (
             f"the tests timed out after {timeout_s:g} s" if code is None else _crash(code)
         )
@@ -385,9 +642,10 @@ def _run_tests(
     )
     sandbox = Sandbox(limits=limits, workdir=root)
     try:
-        python, site = _python_and_site(root, sandbox)
-        if site:
-            env["PYTHONPATH"] = site
+        python = _sandbox_python(sandbox)
+        # after Sandbox() handed the work dir to its uid: the links stay ours, read-only
+        _give_site(site, root / "site", link=sandbox.uid is not None)
+        env["PYTHONPATH"] = f"{sandbox.inner_workdir}/site"
         res = sandbox.run(pytest_argv(test_files, python), cwd="repo", env=env, timeout=timeout_s)
     finally:
         sandbox.close()

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from environments.swe_harness import evaluate, grade, prediction, report
+from environments.swe_harness import ensure_env, evaluate, grade, prediction, report
 from tasks.swe import build_suite, load_instances
 from tasks.swe.testrun import parse_log_pytest
 
@@ -213,3 +219,151 @@ def test_pytest_log_parser_matches_the_official_one() -> None:
         "tests/test_b.py::test_four": "XFAIL",
         "[1]": "SKIPPED",
     }
+
+
+# ------------------------------------------------- the Python env, cached per repo/version
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return proc.stdout
+
+
+def _wheel(dest: Path) -> Path:
+    """A tiny pure-Python wheel (`tinydep`, VALUE = 42): pip installs it with no index or
+    build backend."""
+    path = dest / "tinydep-1.0-py3-none-any.whl"
+    files = {
+        "tinydep/__init__.py": "VALUE = 42\n",
+        "tinydep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n",
+        "tinydep-1.0.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{name},,\n" for name in [*files, "tinydep-1.0.dist-info/RECORD"])
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, text in {**files, "tinydep-1.0.dist-info/RECORD": record}.items():
+            whl.writestr(name, text)
+    return path
+
+
+def _dep_repo(tmp_path: Path, requirements: str | None) -> tuple[Path, dict[str, Any]]:
+    """A repository `acme/calc` whose code imports `tinydep`, and one instance of it (gold
+    patch: `answer()` returns tinydep.VALUE)."""
+    repos = tmp_path / "repos"
+    repo = repos / "acme__calc"
+    (repo / "tests").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    if requirements is not None:
+        (repo / "requirements.txt").write_text(requirements)
+    (repo / "calc.py").write_text("import tinydep\n\n\ndef answer():\n    return 0\n")
+    test = "import tinydep\n\n\ndef test_import():\n    assert tinydep.VALUE == 42\n"
+    (repo / "tests/test_calc.py").write_text(test)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "calc.py").write_text("import tinydep\n\n\ndef answer():\n    return tinydep.VALUE\n")
+    patch = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", ".")
+    test += "\n\ndef test_answer():\n    import calc\n\n    assert calc.answer() == 42\n"
+    (repo / "tests/test_calc.py").write_text(test)
+    test_patch = _git(repo, "diff")
+    _git(repo, "checkout", "-q", "--", ".")
+    instance = {
+        "instance_id": "acme__calc-1",
+        "repo": "acme/calc",
+        "base_commit": base,
+        "version": "1.0",
+        "patch": patch,
+        "test_patch": test_patch,
+        "FAIL_TO_PASS": ["tests/test_calc.py::test_answer"],
+        "PASS_TO_PASS": ["tests/test_calc.py::test_import"],
+    }
+    return repos, instance
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandbox", "no-sandbox"])
+def test_requirements_are_installed_once_per_repo_and_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sandboxed: bool
+) -> None:
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SKYRL_SWE_PIP_INDEX", raising=False)
+    repos, inst = _dep_repo(tmp_path, f"{_wheel(tmp_path)}\n")
+    first = grade(inst, inst["patch"], repos_dir=repos, sandboxed=sandboxed)
+    assert first.resolved and first.python_env == "built", (first.error, first.log)
+    assert "--no-index" in first.log
+    built = [line for line in first.log.splitlines() if line.startswith("python env: ")]
+    assert len(built) == 1 and built[0].startswith("python env: built ")
+    env = Path(built[0].split()[3])
+    assert env.name == f"acme__calc-1.0-py{sys.version_info.major}{sys.version_info.minor}"
+    assert env.parent == tmp_path / "cache" / "swe-envs"
+    assert (env / "site/tinydep/__init__.py").is_file() and (env / "site/pytest").is_dir()
+    for path in [env, *env.rglob("*")]:  # nobody else may write what sandboxes link to
+        assert path.is_symlink() or not path.stat().st_mode & 0o022, path
+    before = env.stat()
+
+    second_inst = {**inst, "instance_id": "acme__calc-2"}
+    second = grade(
+        second_inst, second_inst["patch"], repos_dir=repos, sandboxed=sandboxed, keep_workdir=True
+    )
+    assert second.resolved and second.python_env == "cached", (second.error, second.log)
+    assert second.workdir is not None
+    if sandboxed:  # the sandbox got the env in its work dir, as hard links when it has a uid
+        given = (second.workdir / "site/tinydep/__init__.py").stat()
+        cached = (env / "site/tinydep/__init__.py").stat()
+        assert given.st_uid == os.getuid() and not given.st_mode & 0o022
+        assert (given.st_ino == cached.st_ino) == (os.geteuid() == 0)
+    shutil.rmtree(second.workdir)
+    assert f"python env: cached {env}" in second.log and "pip install" not in second.log
+    after = env.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert [p.name for p in env.parent.iterdir() if not p.name.startswith(".")] == [env.name]
+
+    # another version is another env; this one's requirements lack tinydep: nothing imports
+    other = {**inst, "instance_id": "acme__calc-3", "version": "2.0", "requirements": ["# -"]}
+    broken = grade(other, inst["patch"], repos_dir=repos, sandboxed=sandboxed)
+    assert broken.python_env == "built" and broken.error is None and not broken.resolved
+    assert "No module named 'tinydep'" in broken.log
+
+
+def test_an_uninstallable_requirement_is_an_instance_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SKYRL_SWE_PIP_INDEX", raising=False)
+    repos, inst = _dep_repo(tmp_path, "definitely-not-a-real-package-skyrl==9.9\n")
+    result = grade(inst, inst["patch"], repos_dir=repos)
+    assert result.error is not None and not result.resolved, result.log
+    assert result.error.startswith("the Python env of acme/calc 1.0 could not be built: pip")
+    assert "\n" not in result.error and "definitely-not-a-real-package-skyrl" in result.error
+    assert result.python_env is None and "python env: failed" in result.log
+    assert report([result])["error_ids"] == [inst["instance_id"]]
+    envs = tmp_path / "cache" / "swe-envs"
+    assert [p.name for p in envs.iterdir() if not p.name.startswith(".")] == []  # not cached
+    # the instance's own `requirements` list wins over the repository's file
+    listed = {**inst, "requirements": [str(_wheel(tmp_path))]}
+    assert grade(listed, inst["patch"], repos_dir=repos).resolved
+
+
+def test_parallel_graders_build_an_env_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
+    outcomes: list[tuple[Path, bool]] = []
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(ensure_env("acme/calc", "3.0")))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({env for env, _ in outcomes}) == 1 and sorted(b for _, b in outcomes) == [
+        False, False, False, True,
+    ]  # fmt: skip
+    env = outcomes[0][0]
+    assert (env / "site/_pytest").is_dir()
+    assert [p.name for p in env.parent.iterdir() if not p.name.startswith(".")] == [env.name]
+    assert not [p for p in env.parent.iterdir() if p.is_dir() and p.name.startswith(".")]
