@@ -427,8 +427,9 @@ class SQLEnv(gym.Env):
         self._task = None
         gold_rows, order_matters = self._gold
         error = None
+        columns: list[str] = []
         try:
-            _, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
+            columns, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
             correct = not more and execution_match(gold_rows, rows, order_matters)
             if more:
                 error = f"the result has more than {GRADE_MAX_ROWS} rows"
@@ -442,12 +443,15 @@ class SQLEnv(gym.Env):
             )
         info = {"turns_left": self._turns_left, "error": error, "correct": correct}
         # Optional shaping: a wrong answer earns partial_credit x (F1 of its values against the
-        # gold values), a gradient for a small model long before it gets answers right.
+        # gold values), a gradient for a small model long before it gets answers right. Only
+        # with the gold's column count: otherwise `SELECT * FROM <table>` earns a sliver of
+        # credit on every question, and a trained policy collapsed onto it (measured).
         reward = 1.0
         if not correct:
+            same_width = not gold_rows or len(columns) == len(gold_rows[0])
             reward = (
                 self.partial_credit * result_f1(gold_rows, rows)
-                if error is None and self.partial_credit
+                if error is None and self.partial_credit and same_width
                 else 0.0
             )
         return _clip(observation, self.max_obs_chars), reward, True, False, info

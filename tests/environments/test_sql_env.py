@@ -509,6 +509,10 @@ def test_partial_credit_is_f1_shaping_for_wrong_answers_only(db):
     assert env.step("<solution>SELECT 1</solution>")[1] == 0.0
     env.reset(options={"task": task})
     assert env.step("<solution>SELECT nope FROM nowhere</solution>")[1] == 0.0
+    # every column of the table holds the gold names too, but the gold has one column: no
+    # credit, or `SELECT * FROM <table>` becomes the answer to every question
+    env.reset(options={"task": task})
+    assert env.step("<solution>SELECT * FROM customers</solution>")[1] == 0.0
     env.reset(options={"task": task})
     assert env.step(f"<solution>{task.answer}</solution>")[1] == 1.0
     plain = SQLEnv(database=str(db))  # the default is pure execution match
