@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.spaces import TextSpace
+from environments.spaces import TextSpace, action_text
 from tasks.task import Task
 
 MAX_ACTION_CHARS = 100_000
@@ -130,15 +130,8 @@ class MathEnv(gym.Env):
             error = "the episode is over; call reset() to start a new one"
             return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
         self._turns_left -= 1
-        if isinstance(action, bytes | bytearray):
-            action = bytes(action).decode("utf-8", "replace")
         try:
-            if not isinstance(action, str):
-                raise ValueError(f"the action must be text, not {type(action).__name__}")
-            if len(action) > MAX_ACTION_CHARS:
-                raise ValueError(
-                    f"the action is {len(action)} characters; the limit is {MAX_ACTION_CHARS}"
-                )
+            action = action_text(action, MAX_ACTION_CHARS)
             answer = parse_answer(action)
         except ValueError as e:
             return self._format_error(str(e))

@@ -41,7 +41,7 @@ import gymnasium as gym
 from environments.math import numeric_match
 from environments.python_repl import PythonRepl, ReplReply
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import TextSpace
+from environments.spaces import ActionError, TextSpace, action_text
 from tasks.task import Task
 
 __all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
@@ -55,10 +55,6 @@ GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to an
 _ANY_TAG = re.compile(r"</?(?:python|answer)>")
 _OPEN_TAG = re.compile(r"<(python|answer)>")
 _FENCE = re.compile(r"\A\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
-
-
-class ActionError(ValueError):
-    """The action text does not follow the grammar."""
 
 
 def parse_action(text: str) -> tuple[str, str]:
@@ -198,15 +194,8 @@ class PythonEnv(gym.Env):
             error = "the episode is over; call reset() to start a new one"
             return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
         self._turns_left -= 1
-        if isinstance(action, bytes | bytearray):
-            action = bytes(action).decode("utf-8", "replace")
         try:
-            if not isinstance(action, str):
-                raise ActionError(f"the action must be text, not {type(action).__name__}")
-            if len(action) > MAX_ACTION_CHARS:
-                raise ActionError(
-                    f"the action is {len(action)} characters; the limit is {MAX_ACTION_CHARS}"
-                )
+            action = action_text(action, MAX_ACTION_CHARS)
             tag, body = parse_action(_clean(action))
         except ActionError as e:
             return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))

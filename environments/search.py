@@ -40,7 +40,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.spaces import TextSpace
+from environments.spaces import ActionError, TextSpace
 from tasks.task import Task
 
 MAX_ACTION_CHARS = 100_000
@@ -64,10 +64,6 @@ _STOPWORD_TEXT = (
 )
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 """Question words dropped from queries (kept when a query holds nothing else)."""
-
-
-class ActionError(ValueError):
-    """The action text does not follow the grammar."""
 
 
 class SearchError(RuntimeError):

@@ -48,7 +48,7 @@ from typing import Any
 import gymnasium as gym
 
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import TextSpace
+from environments.spaces import ActionError, TextSpace, action_text
 from tasks.harbor import load_harbor_task, load_suite, read_reward, verifier_timeout
 from tasks.task import Task
 
@@ -70,10 +70,6 @@ SHELL_ENV |= {"GIT_EDITOR": "true", "EDITOR": "true", "GIT_TERMINAL_PROMPT": "0"
 
 _TAG = re.compile(r"<bash>|<submit/>")
 _ANY_TAG = re.compile(r"</?bash>|<submit/>")
-
-
-class ActionError(ValueError):
-    """The action text does not follow the grammar."""
 
 
 def parse_action(text: str) -> str | None:
@@ -269,15 +265,8 @@ class ShellEnv(gym.Env):
             error = "the episode is over; call reset() to start a new one"
             return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
         self._turns_left -= 1
-        if isinstance(action, bytes | bytearray):
-            action = bytes(action).decode("utf-8", "replace")
         try:
-            if not isinstance(action, str):
-                raise ActionError(f"the action must be text, not {type(action).__name__}")
-            if len(action) > MAX_ACTION_CHARS:
-                raise ActionError(
-                    f"the action is {len(action)} characters; the limit is {MAX_ACTION_CHARS}"
-                )
+            action = action_text(action, MAX_ACTION_CHARS)
             command = parse_action(action.encode("utf-8", "replace").decode("utf-8"))
         except ActionError as e:
             return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))

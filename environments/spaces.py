@@ -51,3 +51,19 @@ class TextSpace(Text):
             and self.min_length == other.min_length
             and self.max_length == other.max_length
         )
+
+
+class ActionError(ValueError):
+    """The action text does not follow the grammar (its message becomes the observation)."""
+
+
+def action_text(action: Any, max_chars: int) -> str:
+    """The model's action as text: bytes decoded (bad bytes replaced); ActionError for a
+    non-text action or one longer than `max_chars`."""
+    if isinstance(action, bytes | bytearray):
+        action = bytes(action).decode("utf-8", "replace")
+    if not isinstance(action, str):
+        raise ActionError(f"the action must be text, not {type(action).__name__}")
+    if len(action) > max_chars:
+        raise ActionError(f"the action is {len(action)} characters; the limit is {max_chars}")
+    return action

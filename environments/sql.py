@@ -37,7 +37,7 @@ from typing import Any
 import gymnasium as gym
 import sqlglot
 
-from environments.spaces import TextSpace
+from environments.spaces import ActionError, TextSpace
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
 from tasks.task import Task
 
@@ -72,10 +72,6 @@ GRAMMAR = "Use <sql>SELECT ...</sql> to run a query or <solution>SELECT ...</sol
 
 _ANY_TAG = re.compile(r"</?(?:sql|solution)>")
 _OPEN_TAG = re.compile(r"<(sql|solution)>")
-
-
-class ActionError(ValueError):
-    """The action text does not follow the grammar."""
 
 
 # ---------------------------------------------------------------------------- parsing
