@@ -1,7 +1,7 @@
 """`skyrl/SQL-v0`: answer a question about a SQLite database with one SELECT query.
 
 This module owns the environment: the action grammar (`parse_action`), grading
-(`execution_match`, `result_f1`, `gold_order_matters`, the gold-result cache) and the
+(`execution_match`, `component_f1` shaping, `gold_order_matters`, the gold-result cache) and the
 observations (`format_table`). Running a query safely (read-only connection, statement
 check, authorizer, guarded builtins, time limit) is `environments.sql_guard`'s job; its
 public names are re-exported here.
@@ -36,6 +36,7 @@ from typing import Any
 
 import gymnasium as gym
 import sqlglot
+from sqlglot import exp
 
 from environments.spaces import ActionError, TextSpace
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
@@ -53,7 +54,8 @@ __all__ = [
     "open_read_only",
     "parse_action",
     "resolve_database",
-    "result_f1",
+    "query_components",
+    "component_f1",
     "run_query",
 ]
 
@@ -106,6 +108,75 @@ def gold_order_matters(sql: str) -> bool:
 # ---------------------------------------------------------------------------- grading
 
 
+# Clauses, aggregates and operators that shape a query's meaning, named the same in any alias.
+_CLAUSES = {
+    exp.Where: "where",
+    exp.Group: "group by",
+    exp.Having: "having",
+    exp.Order: "order by",
+    exp.Limit: "limit",
+    exp.Join: "join",
+    exp.Distinct: "distinct",
+    exp.Subquery: "subquery",
+    exp.Union: "union",
+    exp.Intersect: "intersect",
+    exp.Except: "except",
+    exp.Like: "like",
+    exp.In: "in",
+    exp.Not: "not",
+    exp.Between: "between",
+}
+
+
+def query_components(sql: str) -> Counter[str]:
+    """The parts of a query that decide its meaning, as a multiset: tables, columns (without
+    their qualifier), aggregate and scalar functions, literals, clauses and comparisons.
+
+    Aliases are resolved away, so `SELECT b.title FROM books b` and `SELECT title FROM books`
+    have the same parts. Text sqlglot cannot parse has none."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:  # sqlglot.ParseError, TokenError, RecursionError
+        return Counter()
+    if tree is None:
+        return Counter()
+    parts: Counter[str] = Counter()
+    for node in tree.walk():
+        if isinstance(node, exp.Table):
+            parts["table:" + node.name.lower()] += 1
+        elif isinstance(node, exp.Column):
+            parts["column:" + node.name.lower()] += 1
+        elif isinstance(node, exp.Star) and not isinstance(node.parent, (exp.Column, exp.Count)):
+            parts["column:*"] += 1  # COUNT(*) is its function alone
+        elif isinstance(node, exp.Literal):
+            parts["value:" + str(node.this).lower()] += 1
+        elif isinstance(node, exp.Func) and not isinstance(node, exp.Paren):
+            parts["function:" + node.key] += 1
+        elif isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            parts["compare:" + node.key] += 1
+        else:
+            for kind, name in _CLAUSES.items():
+                if isinstance(node, kind):
+                    parts["clause:" + name] += 1
+                    break
+    return parts
+
+
+def component_f1(gold_sql: str, pred_sql: str) -> float:
+    """F1 between the parts (`query_components`) of a predicted query and the gold query.
+
+    A shaping signal for wrong answers, in the spirit of Spider's partial matching and the
+    schema-linking reward of Reasoning-SQL (Pourreza et al. 2025): the right tables, columns
+    and aggregate score above nothing, and only the gold query's own parts reach 1. Unlike an
+    overlap of result values, no single query earns credit on every question."""
+    gold, pred = query_components(gold_sql), query_components(pred_sql)
+    common = sum((gold & pred).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(pred.values()), common / sum(gold.values())
+    return 2 * precision * recall / (precision + recall)
+
+
 def _normalise(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, 6) + 0.0  # + 0.0 folds -0.0 into 0.0
@@ -131,21 +202,6 @@ def execution_match(
         if permuted == gold if order_matters else Counter(permuted) == Counter(gold):
             return True
     return False
-
-
-def result_f1(gold_rows: Sequence[Sequence[Any]], pred_rows: Sequence[Sequence[Any]]) -> float:
-    """F1 between the multisets of cell values of two results (order and layout ignored).
-
-    A shaping signal for wrong answers: a query that returns the gold values among others
-    scores above zero, a query that returns unrelated values (a row count of the wrong
-    table, `SELECT 1`) scores zero."""
-    gold = Counter(_normalise(v) for row in gold_rows for v in row)
-    pred = Counter(_normalise(v) for row in pred_rows for v in row)
-    common = sum((gold & pred).values())
-    if not common:
-        return 0.0
-    precision, recall = common / sum(pred.values()), common / sum(gold.values())
-    return 2 * precision * recall / (precision + recall)
 
 
 def _column_permutations(
@@ -393,6 +449,16 @@ class SQLEnv(gym.Env):
             return self._next_turn(f"Error: {e}", str(e))
         return self._next_turn(format_table(columns, rows, more, self.max_obs_chars), None)
 
+    def demonstration(self, task: Task) -> str | None:
+        """What a model turn that answers `task` correctly writes (after `response_prefix`):
+        the gold query as the solution. For supervised warm-up (`warmup.sft_steps`)."""
+        if not isinstance(task.answer, str) or not task.answer.strip():
+            return None
+        text = f"<solution>{task.answer.strip()}</solution>"
+        if not text.startswith(self.response_prefix):
+            return None
+        return text[len(self.response_prefix) :]
+
     def _next_turn(
         self, body: str, error: str | None
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -419,13 +485,13 @@ class SQLEnv(gym.Env):
         )
 
     def _grade(self, query: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self._conn is not None
+        assert self._conn is not None and self._task is not None
+        gold_sql = str(self._task.answer)
         self._task = None
         gold_rows, order_matters = self._gold
         error = None
-        columns: list[str] = []
         try:
-            columns, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
+            _, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
             correct = not more and execution_match(gold_rows, rows, order_matters)
             if more:
                 error = f"the result has more than {GRADE_MAX_ROWS} rows"
@@ -438,16 +504,16 @@ class SQLEnv(gym.Env):
                 f"Incorrect: {error}." if error else "Incorrect: the result does not match."
             )
         info = {"turns_left": self._turns_left, "error": error, "correct": correct}
-        # Optional shaping: a wrong answer earns partial_credit x (F1 of its values against the
-        # gold values), a gradient for a small model long before it gets answers right. Only
-        # with the gold's column count: otherwise `SELECT * FROM <table>` earns a sliver of
-        # credit on every question, and a trained policy collapsed onto it (measured).
+        # Optional shaping: a wrong answer that runs earns partial_credit x the F1 of its
+        # parts (tables, columns, functions, literals, clauses) against the gold query's, a
+        # gradient for a small model long before it gets answers right. Not an overlap of
+        # result values: `SELECT * FROM <table>` and the prompt's `SELECT COUNT(*)` example
+        # each earned that on most questions, and trained policies collapsed onto them (measured).
         reward = 1.0
         if not correct:
-            same_width = not gold_rows or len(columns) == len(gold_rows[0])
             reward = (
-                self.partial_credit * result_f1(gold_rows, rows)
-                if error is None and self.partial_credit and same_width
+                self.partial_credit * component_f1(gold_sql, query)
+                if error is None and self.partial_credit
                 else 0.0
             )
         return _clip(observation, self.max_obs_chars), reward, True, False, info

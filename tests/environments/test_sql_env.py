@@ -23,7 +23,6 @@ from environments.sql import (
     gold_order_matters,
     open_read_only,
     parse_action,
-    result_f1,
 )
 from tasks.task import Task
 
@@ -492,29 +491,79 @@ def test_bundled_suite_gold_answers_score_one():
     env.close()
 
 
-def test_result_f1_by_hand():
-    # gold values {a, b}, predicted {a, c, d}: common 1, precision 1/3, recall 1/2 -> F1 0.4
-    assert result_f1([("a",), ("b",)], [("a",), ("c",), ("d",)]) == pytest.approx(0.4)
-    assert result_f1([(37,)], [(1200,)]) == 0.0
-    assert result_f1([(1, 2.0000001)], [(2.0, 1)]) == 1.0  # layout ignored, floats rounded
+def test_query_components_by_hand():
+    # aliases resolve away; COUNT(*) is its function alone; literals, clauses and comparisons
+    parts = sql_env.query_components(
+        "SELECT COUNT(*) FROM books b JOIN authors a ON b.author_id = a.id "
+        "WHERE a.name = 'Hugo Dubois'"
+    )
+    assert parts == {
+        "function:count": 1,
+        "table:books": 1,
+        "table:authors": 1,
+        "clause:join": 1,
+        "clause:where": 1,
+        "column:author_id": 1,
+        "column:id": 1,
+        "column:name": 1,
+        "compare:eq": 2,
+        "value:hugo dubois": 1,
+    }
+    assert sql_env.query_components("SELECT b.title FROM books AS b") == (
+        sql_env.query_components("SELECT title FROM books")
+    )
+    assert sql_env.query_components("this is not sql (((") == {}
 
 
-def test_partial_credit_is_f1_shaping_for_wrong_answers_only(db):
+def test_component_f1_by_hand():
+    gold = "SELECT COUNT(*) FROM books WHERE price > 7.95"
+    # gold parts: count, books, where, price, gt, 7.95 (6)
+    f1 = sql_env.component_f1
+    assert f1(gold, gold) == 1.0
+    # the prompt-copying answer shares only `count`: P 1/2, R 1/6 -> F1 0.25
+    assert f1(gold, "SELECT COUNT(*) FROM authors") == pytest.approx(0.25)
+    # the right table too: P 2/2, R 2/6 -> 0.5
+    assert f1(gold, "SELECT COUNT(*) FROM books") == pytest.approx(0.5)
+    # `SELECT *` of the right table shares only the table: P 1/2, R 1/6 -> 0.25
+    assert f1(gold, "SELECT * FROM books") == pytest.approx(0.25)
+    assert f1(gold, "SELECT 1") == 0.0
+
+
+def test_partial_credit_is_component_shaping_for_wrong_answers_only(db):
     task = make_task(db, "SELECT name FROM customers WHERE city = 'Lisbon'", "Who lives in Lisbon?")
     env = SQLEnv(database=str(db), partial_credit=0.5)
-    env.reset(options={"task": task})
-    broad = env.step("<solution>SELECT name FROM customers</solution>")[1]
-    assert 0.0 < broad < 0.5  # the gold names are among the returned ones
-    env.reset(options={"task": task})
-    assert env.step("<solution>SELECT 1</solution>")[1] == 0.0
-    env.reset(options={"task": task})
-    assert env.step("<solution>SELECT nope FROM nowhere</solution>")[1] == 0.0
-    # every column of the table holds the gold names too, but the gold has one column: no
-    # credit, or `SELECT * FROM <table>` becomes the answer to every question
-    env.reset(options={"task": task})
-    assert env.step("<solution>SELECT * FROM customers</solution>")[1] == 0.0
-    env.reset(options={"task": task})
-    assert env.step(f"<solution>{task.answer}</solution>")[1] == 1.0
+
+    def reward(query: str) -> float:
+        env.reset(options={"task": task})
+        return env.step(f"<solution>{query}</solution>")[1]
+
+    # gold parts: customers, name, city, where, eq, lisbon (6); this one has 2 of them
+    assert reward("SELECT name FROM customers") == pytest.approx(
+        0.5 * 2 * 1 * (2 / 6) / (1 + 2 / 6)
+    )
+    assert reward("SELECT 1") == 0.0
+    assert reward("SELECT nope FROM nowhere") == 0.0  # fails to run: no credit
+    # one query for every question earns little: only the table is shared here
+    assert reward("SELECT * FROM customers") == pytest.approx(
+        0.5 * 2 * (1 / 2) * (1 / 6) / (1 / 2 + 1 / 6)
+    )
+    # closer to the gold earns more, and only the gold's result earns 1
+    assert reward("SELECT name FROM customers WHERE city = 'Oslo'") > reward(
+        "SELECT name FROM customers"
+    )
+    assert reward(task.answer) == 1.0
     plain = SQLEnv(database=str(db))  # the default is pure execution match
     plain.reset(options={"task": task})
     assert plain.step("<solution>SELECT name FROM customers</solution>")[1] == 0.0
+
+
+def test_demonstration_is_the_gold_query_after_the_prefix(db):
+    task = make_task(db, "SELECT COUNT(*) FROM customers", "How many customers?")
+    assert SQLEnv().demonstration(task) == "<solution>SELECT COUNT(*) FROM customers</solution>"
+    prefixed = SQLEnv(response_prefix="<solution>")
+    assert prefixed.demonstration(task) == "SELECT COUNT(*) FROM customers</solution>"
+    # the demonstration, sent as the action, is graded correct
+    prefixed = SQLEnv(database=str(db), response_prefix="<solution>")
+    prefixed.reset(options={"task": task})
+    assert prefixed.step("<solution>" + prefixed.demonstration(task))[1] == 1.0
+    assert SQLEnv(response_prefix="<sql>").demonstration(task) is None
