@@ -123,6 +123,27 @@ def _start(
         return _Episode(traj, env, seed, done=True)
 
 
+def demonstration(
+    make_env: Callable[[], gym.Env], chat: ChatFormat, task: Task, seed: int
+) -> tuple[list[int], list[int], int] | None:
+    """A supervised example for `task`: (token ids, loss mask, prompt length), laid out
+    exactly as an episode's first turn would be (the same prompt and response prefix), with
+    the environment's reference answer as the model's tokens (mask 1). None when the
+    environment cannot write one (it has no `demonstration`, or returns None)."""
+    e = _start(make_env, chat, task, 0, seed)
+    try:
+        write = getattr(e.env.unwrapped, "demonstration", None) if e.env is not None else None
+        if e.done or write is None or (text := write(task)) is None:
+            return None
+        _add_prefix(chat, e)
+        ids = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return e.traj.token_ids + ids, e.traj.loss_mask + [1] * len(ids), e.traj.prompt_len
+    finally:
+        if e.env is not None:
+            with contextlib.suppress(Exception):
+                e.env.close()
+
+
 def _add_prefix(chat: ChatFormat, e: _Episode) -> None:
     """An environment may start each model turn with fixed text (e.g. an opening tag).
 

@@ -140,6 +140,10 @@ class MathEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "correct": correct}
         return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
 
+    def demonstration(self, task: Task) -> str | None:
+        """What a model turn that answers `task` correctly writes (supervised warm-up)."""
+        return None if task.answer is None else f"<answer>{task.answer}</answer>"
+
     def _format_error(self, error: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         left = self._turns_left
         if left > 0:

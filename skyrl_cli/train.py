@@ -272,8 +272,14 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
 
 def _print_summary(cfg: Any, summary: dict[str, Any]) -> None:
     b, a = summary.get("eval_before"), summary.get("eval_after")
+    w = summary.get("eval_warmup")
     print(f"finished: {summary['run_dir']}")
-    if b and a:
+    if b and a and w:
+        print(
+            f"{cfg.eval.split} accuracy: {b['accuracy']:.1%} before -> {w['accuracy']:.1%} "
+            f"after warm-up -> {a['accuracy']:.1%} after RL ({a['n']} tasks)"
+        )
+    elif b and a:
         print(
             f"{cfg.eval.split} accuracy: {b['accuracy']:.1%} before -> {a['accuracy']:.1%} after ({a['n']} tasks)"
         )

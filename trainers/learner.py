@@ -114,6 +114,7 @@ class TorchLearner:
             self.model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
         )
         self.opt_steps = 0
+        self._sft_opt: torch.optim.Optimizer | None = None
         self.kl_ctl: FixedKLController | AdaptiveKLController = (
             AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon)
             if a.kl_target
@@ -489,6 +490,54 @@ class TorchLearner:
         # the controller moves after the step, on the KL this step measured
         self.kl_ctl.update(out["kl"], len(batch))
         return out
+
+    # -- supervised warm-up --------------------------------------------------------
+
+    def sft_step(self, batch: list[Sample], lr: float) -> dict[str, float]:
+        """One supervised step (warm-up before RL): mean negative log-likelihood of the
+        loss-carrying tokens, with an AdamW of its own so the RL optimizer starts fresh."""
+        if self._sft_opt is None:
+            o = self.cfg.optim
+            self._sft_opt = torch.optim.AdamW(
+                self.model.parameters(), lr=lr, betas=o.betas, weight_decay=o.weight_decay
+            )
+        for group in self._sft_opt.param_groups:
+            group["lr"] = lr
+        tokens = max(1, sum(s.n_loss for s in batch))
+        size = self.cfg.algorithm.micro_batch_size
+        self._sft_opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for i in range(0, len(batch), size):
+            logp_N, _, _ = self._token_logprobs(self.model, batch[i : i + size])
+            loss = -logp_N.sum() / tokens
+            loss.backward()
+            total += loss.item()
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        )
+        if math.isfinite(grad_norm):
+            self._sft_opt.step()
+        return {"sft_loss": total, "grad_norm": grad_norm, "tokens": float(tokens)}
+
+    def end_warmup(self, reference_dir: str | Path) -> None:
+        """Drop the warm-up optimizer. When KL is on, the reference becomes the warmed-up
+        policy (RL's KL then keeps near what the warm-up taught, not the base model), saved
+        to `reference_dir` for resume."""
+        self._sft_opt = None
+        if self.ref is not None:
+            self.ref.load_state_dict(self.model.state_dict())
+            self.ref.save_pretrained(Path(reference_dir), safe_serialization=True)
+
+    def load_reference(self, reference_dir: str | Path) -> None:
+        """On resume: the reference saved by `end_warmup` (no-op without KL)."""
+        from safetensors.torch import load_file
+
+        if self.ref is None:
+            return
+        state: dict[str, torch.Tensor] = {}
+        for f in sorted(Path(reference_dir).glob("*.safetensors")):
+            state.update(load_file(str(f)))
+        self.ref.load_state_dict(state, strict=False)
 
     # -- weights and checkpoints ---------------------------------------------------
 

@@ -83,6 +83,15 @@ class _LearnerWorker:
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
 
+    def sft_step(self, batch: list[Any], lr: float) -> dict[str, float]:
+        return self.learner.sft_step(batch, lr)
+
+    def end_warmup(self, reference_dir: str) -> None:
+        self.learner.end_warmup(reference_dir)
+
+    def load_reference(self, reference_dir: str) -> None:
+        self.learner.load_reference(reference_dir)
+
     def save(self, directory: str) -> None:
         self.learner.save(directory)
 

@@ -25,12 +25,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from agents.agent_loop import Budget, episode_seed, run_episodes
+from agents.agent_loop import Budget, demonstration, episode_seed, run_episodes
 from agents.chat import ChatFormat
 from agents.models import resolve_model
 from agents.trajectory import Trajectory
@@ -50,6 +50,8 @@ from trainers.progress import StepProgress
 from trainers.rundir import RunDir, utc_now
 from trainers.tracking import MLflowTracker, NullTracker, Tracker, default_uri, flatten
 
+T = TypeVar("T")
+
 
 def load_split(cfg: RunConfig, split: str) -> list[Task]:
     """Tasks of a split: from the user's task file (all of it if unsplit) or the bundled suite."""
@@ -65,7 +67,7 @@ def load_split(cfg: RunConfig, split: str) -> list[Task]:
     return registry.bundled_tasks(spec, split)
 
 
-def batch_tasks(tasks: list[Task], seed: int, step: int, size: int) -> list[Task]:
+def batch_tasks(tasks: list[T], seed: int, step: int, size: int) -> list[T]:
     """The step's P tasks: walk seeded per-epoch permutations (data position = step * P)."""
     out = []
     for i in range((step - 1) * size, step * size):
@@ -125,7 +127,8 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
     # ------------------------------------------------------------- resume state
     done, version, tracker_run_id = 0, 0, None
-    if resume and (ckpt := run.latest_checkpoint()):
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
         state = json.loads((ckpt / "trainer_state.json").read_text())
         done, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
         ray.get(
@@ -176,6 +179,24 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         summary["eval_before"] = (
             json.loads(before.read_text()) if before.exists() else run_eval("before", 0)
         )
+
+    # ------------------------------------------------------ supervised warm-up
+    # Before step 1, when asked: a checkpoint "step-000000" follows it, so a resumed run
+    # never repeats it; its report is eval/warmup.json.
+    reference_dir = run.path / "warmup" / "reference"
+    if cfg.warmup.sft_steps and ckpt is None:
+        warm_up(cfg, run, learner, make_env, chat, train_tasks, progress, tracker)
+        ray.get(learner.end_warmup.remote(str(reference_dir.resolve())))
+        ray.get(engine.update_weights.remote(learner.state_dict.remote(), version))
+        if eval_tasks:
+            summary["eval_warmup"] = run_eval("warmup", 0)
+        save_checkpoint(run, learner, 0, version, 0, tracker.run_id, cfg.trainer.keep_checkpoints)
+    elif cfg.warmup.sft_steps:
+        if cfg.algorithm.kl_coef > 0:
+            ray.get(learner.load_reference.remote(str(reference_dir.resolve())))
+        saved = run.path / "eval" / "warmup.json"
+        if saved.exists():
+            summary["eval_warmup"] = json.loads(saved.read_text())
 
     a = cfg.algorithm
     want_groups = a.train_batch_size or r.batch_size
@@ -322,6 +343,58 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     pool.shutdown()
     summary["final_checkpoint"] = str(final) if final else None
     return summary
+
+
+def warm_up(
+    cfg: RunConfig,
+    run: RunDir,
+    learner: Any,
+    make_env: Any,
+    chat: ChatFormat,
+    tasks: list[Task],
+    progress: StepProgress,
+    tracker: Tracker,
+) -> None:
+    """`warmup.sft_steps` supervised steps on the environment's reference answers for the
+    train tasks, laid out exactly as an episode's first turn. Losses go to
+    warmup/metrics.jsonl and to the tracker as `warmup/loss`."""
+    import ray
+
+    w, seed = cfg.warmup, cfg.trainer.seed
+    examples = [
+        d
+        for i, t in enumerate(tasks)
+        if (d := demonstration(make_env, chat, t, episode_seed(seed, "warmup", i))) is not None
+    ]
+    if not examples:
+        raise ValueError(
+            f"env {cfg.env.name!r} writes no reference answers for its tasks, so there is "
+            "nothing to warm up on; set warmup.sft_steps=0"
+        )
+    progress.note(
+        f"warm-up: {w.sft_steps} supervised steps of {w.batch_size} on "
+        f"{len(examples)} reference answers (lr {w.lr:g})..."
+    )
+    out = run.path / "warmup"
+    out.mkdir(exist_ok=True)
+    t_start = time.perf_counter()
+    with (out / "metrics.jsonl").open("w", encoding="utf-8") as log:
+        for k in range(1, w.sft_steps + 1):
+            batch = [
+                Sample(ids, mask, prompt_len=p)
+                for ids, mask, p in batch_tasks(examples, seed + 104729, k, w.batch_size)
+            ]
+            m = ray.get(learner.sft_step.remote(batch, w.lr))
+            log.write(json.dumps({"step": k, "time": time.time(), **m}) + "\n")
+            log.flush()
+            tracker.log_metrics({"warmup/loss": m["sft_loss"]}, k)
+            if k % 10 == 0 or k == w.sft_steps:
+                elapsed = time.perf_counter() - t_start
+                eta = elapsed / k * (w.sft_steps - k)
+                progress.note(
+                    f"warm-up {k}/{w.sft_steps} loss {m['sft_loss']:.3f} "
+                    f"({elapsed:.0f}s, ETA {eta:.0f}s)"
+                )
 
 
 def sequence_advantages(cfg: RunConfig, rewards_K_G: torch.Tensor) -> torch.Tensor:

@@ -292,3 +292,46 @@ def test_train_watch_trains_in_the_background(tmp_path, ray_address, monkeypatch
         assert time.time() < deadline, (run / "train.log").read_text()
         time.sleep(0.5)
     assert sorted(_metrics(run)) == [1, 2]
+
+
+def test_sql_project_warms_up_trains_resumes_and_lists(tmp_path, ray_address):
+    """`skyrl init --env sql` -> train on the bundled SQLite suite (the sql preset: a
+    supervised warm-up, then GRPO) -> resume -> runs, with the tiny model."""
+    skyrl("init", "sql-agent", "--env", "sql", cwd=tmp_path)
+    project = tmp_path / "sql-agent"
+    assert yaml.safe_load((project / "skyrl.yaml").read_text())["warmup"]["sft_steps"] > 0
+    args = [
+        *("--model", "tiny", "--run-name", "warm", "--ray-address", ray_address),
+        *("--set", "warmup.sft_steps=3", "--set", "warmup.batch_size=4"),
+        *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
+        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=4"),
+        *("--set", "algorithm.kl_coef=0.01"),  # the reference must become the warmed-up policy
+    ]
+    first = skyrl("train", *args, "--max-steps", "1", cwd=project)
+    assert "warm-up: 3 supervised steps of 4 on 306 reference answers" in first.stderr
+    assert "after warm-up" in first.stdout
+    (run,) = (project / "runs").glob("warm-*")
+    log = (run / "warmup" / "metrics.jsonl").read_text()
+    rows = [json.loads(line) for line in log.splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["sft_loss"] > 0 and r["tokens"] > 0 for r in rows)
+    assert json.loads((run / "eval" / "warmup.json").read_text())["n"] == 4
+    assert (run / "warmup" / "reference" / "config.json").exists()
+    # the warm-up is checkpointed as step 0, before RL's first step
+    assert (run / "checkpoints" / "step-000000" / "trainer_state.json").exists()
+    assert sorted(_metrics(run)) == [1]
+    # every episode was graded by the SQLite environment
+    rollouts = [
+        json.loads(ln) for ln in (run / "rollouts" / "step-000001.jsonl").read_text().splitlines()
+    ]
+    assert len(rollouts) == 4 and all("correct" in r["info"] for r in rollouts), rollouts
+
+    again = skyrl(
+        "train", "--resume", str(run), "--max-steps", "2", "--ray-address", ray_address, cwd=project
+    )
+    assert "warm-up:" not in again.stderr
+    assert (run / "warmup" / "metrics.jsonl").read_text() == log
+    assert sorted(_metrics(run)) == [1, 2]
+    assert "after warm-up" in again.stdout
+    listing = skyrl("runs", cwd=project).stdout
+    assert run.name in listing and "finished" in listing and "sql" in listing and "2/2" in listing

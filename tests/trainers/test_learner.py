@@ -219,3 +219,30 @@ def test_a_run_saved_before_the_algorithm_keys_were_renamed_still_loads(tmp_path
     cfg = load_saved_config(tmp_path / "config.yaml")
     assert (cfg.algorithm.clip_low, cfg.algorithm.clip_high) == (0.3, 0.3)
     assert cfg.algorithm.ppo_epochs == 2
+
+
+def test_sft_step_raises_the_demonstrations_likelihood_and_leaves_rl_fresh(tiny, tmp_path):
+    cfg = build_config(
+        [{"model": {"name": "tiny"}, "algorithm": {"kl_coef": 0.01, "micro_batch_size": 2}}],
+        env_name="math",
+    )
+    learner = TorchLearner(tiny, cfg)
+    batch = _group(lens=(5, 9, 3))  # three demonstrations (micro-batches of 2 and 1)
+    before = learner.forward_logprobs(batch)
+    losses = [learner.sft_step(batch, lr=1e-2)["sft_loss"] for _ in range(3)]
+    after = learner.forward_logprobs(batch)
+    # the first loss is the mean NLL of the 19 loss tokens before any update
+    assert losses[0] == pytest.approx(-sum(map(sum, before)) / 19, rel=1e-4)
+    assert losses[2] < losses[0]
+    assert all(sum(a) > sum(b) for a, b in zip(after, before, strict=True))
+    # the RL optimizer has taken no step; the reference becomes the warmed-up policy
+    assert learner.opt_steps == 0 and not learner.opt.state
+    learner.end_warmup(tmp_path / "reference")
+    assert learner._sft_opt is None
+    policy, ref = learner.model.state_dict(), learner.ref.state_dict()
+    assert all(torch.equal(policy[k], ref[k]) for k in policy)
+    # and a resumed learner gets that reference back, not the base model
+    other = TorchLearner(tiny, cfg)
+    assert not all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
+    other.load_reference(tmp_path / "reference")
+    assert all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
