@@ -85,6 +85,16 @@ def _behaviour_logprobs(s: Sample) -> torch.Tensor:
     return torch.tensor([lp for lp, m in zip(lps[1:], s.loss_mask[1:], strict=True) if m])
 
 
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF folder's safetensors files."""
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    return state
+
+
 def _unrows(x_B_T: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
     return [x_B_T[b, :n] for b, n in enumerate(lengths)]
 
@@ -530,14 +540,8 @@ class TorchLearner:
 
     def load_reference(self, reference_dir: str | Path) -> None:
         """On resume: the reference saved by `end_warmup` (no-op without KL)."""
-        from safetensors.torch import load_file
-
-        if self.ref is None:
-            return
-        state: dict[str, torch.Tensor] = {}
-        for f in sorted(Path(reference_dir).glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        self.ref.load_state_dict(state, strict=False)
+        if self.ref is not None:
+            self.ref.load_state_dict(_read_weights(Path(reference_dir)), strict=False)
 
     # -- weights and checkpoints ---------------------------------------------------
 
@@ -563,13 +567,8 @@ class TorchLearner:
 
     def load(self, directory: str | Path) -> None:
         """Restore weights and optimizer saved by `save`."""
-        from safetensors.torch import load_file
-
         d = Path(directory)
-        state: dict[str, torch.Tensor] = {}
-        for f in sorted((d / "model").glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        self.model.load_state_dict(state, strict=False)
+        self.model.load_state_dict(_read_weights(d / "model"), strict=False)
         extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
         self.opt.load_state_dict(extra["optimizer"])
         self.opt_steps = extra["opt_steps"]
