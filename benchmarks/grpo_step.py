@@ -98,7 +98,7 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
                     "max_new_tokens": N,
                     "temperature": 1.0,
                 },
-                "algorithm": {"micro_batch_size": G, "kl_coef": 0.0, "epochs": 1},
+                "algorithm": {"micro_batch_size": G, "kl_coef": 0.0, "ppo_epochs": 1},
                 "optim": {"lr": LR, "warmup_steps": 0},
             }
         ],
