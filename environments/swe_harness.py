@@ -64,7 +64,14 @@ from typing import Any
 
 from environments.sandbox import BACKEND_ENV, Limits, Sandbox, bwrap_available
 from tasks.swe.build import diff_against, git
-from tasks.swe.testrun import TEST_ENV, TestStatus, parse_log_pytest, passed, pytest_argv
+from tasks.swe.testrun import (
+    TEST_ENV,
+    TestStatus,
+    parse_log_pytest,
+    passed,
+    pytest_argv,
+    run_tests_plain,
+)
 from tasks.swe.testrun import directives as _directives
 
 __all__ = ["GradeResult", "env_dir", "ensure_env", "evaluate", "grade", "prediction", "report"]
@@ -600,29 +607,6 @@ def _give_site(env_site: Path, dest: Path, link: bool) -> None:
     )
 
 
-def _run_plain(
-    work: Path, test_files: list[str], timeout_s: float, site: Path
-) -> tuple[str, int | None]:
-    """`tasks.swe.testrun.run_tests_plain` with `site` on the PYTHONPATH (trusted code)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-    env.update(TEST_ENV, PYTHONPATH=str(site))
-    try:
-        proc = subprocess.run(
-            pytest_argv(test_files, sys.executable),
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout or b""
-        return (out.decode(errors="replace") if isinstance(out, bytes) else out), None
-    return proc.stdout + proc.stderr, proc.returncode
-
-
 def _run_tests(
     root: Path, test_files: list[str], timeout_s: float, sandboxed: bool, site: Path
 ) -> tuple[str, str | None]:
@@ -630,7 +614,9 @@ def _run_tests(
     return (output, the error that stopped it or None)."""
     env = dict(TEST_ENV)
     if not sandboxed:
-        output, code = _run_plain(root / "repo", test_files, timeout_s, site)
+        output, code = run_tests_plain(
+            str(root / "repo"), test_files, timeout_s, pythonpath=str(site)
+        )
         return output, (
             f"the tests timed out after {timeout_s:g} s" if code is None else _crash(code)
         )

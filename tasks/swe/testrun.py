@@ -76,16 +76,22 @@ def passed(status: str | None) -> bool:
 
 
 def run_tests_plain(
-    cwd: str, test_files: list[str], timeout: float, python: str = sys.executable
+    cwd: str,
+    test_files: list[str],
+    timeout: float,
+    python: str = sys.executable,
+    pythonpath: str | None = None,
 ) -> tuple[str, int | None]:
     """Run the tests in a subprocess of its own session; return (log, exit code or None
-    when the timeout killed it).
+    when the timeout killed it). `pythonpath`: extra import path (an instance's site dir).
 
-    Used for trusted code (the suite builder). The harness runs model-written code in
-    `environments.sandbox` instead.
+    Used for trusted code (the suite builder, the harness without a sandbox). The harness
+    runs model-written code in `environments.sandbox` instead.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
     env.update(TEST_ENV)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     try:
         proc = subprocess.run(
             pytest_argv(test_files, python),
@@ -95,6 +101,7 @@ def run_tests_plain(
             text=True,
             timeout=timeout,
             start_new_session=True,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as e:
         out = e.stdout or b""
