@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import re
-import sqlite3
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -315,14 +314,14 @@ def _schema(path: Path) -> tuple[str, str]:
 _GOLD_CACHE: dict[tuple[str, int, str], tuple[list[tuple], bool]] = {}
 
 
-def gold_result(
-    conn: sqlite3.Connection, path: Path, sql: str, time_limit_s: float
-) -> tuple[list[tuple], bool]:
-    """(rows, order_matters) of a gold query, cached per (database file, version, query)."""
+def gold_result(path: Path, sql: str, time_limit_s: float) -> tuple[list[tuple], bool]:
+    """(rows, order_matters) of a gold query, cached per (database file, version, query).
+
+    A task file's gold query runs under the same guards as the agent's queries."""
     key = (str(path), path.stat().st_mtime_ns, sql)
     if key not in _GOLD_CACHE:
         try:
-            _, rows, more = run_query(conn, sql, GRADE_MAX_ROWS, time_limit_s * GOLD_TIME_FACTOR)
+            _, rows, more = run_query(path, sql, GRADE_MAX_ROWS, time_limit_s * GOLD_TIME_FACTOR)
         except QueryError as e:
             raise ValueError(f"the gold query fails on {path}: {e}") from None
         if more:
@@ -381,9 +380,8 @@ class SQLEnv(gym.Env):
         """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
         self.action_space = TextSpace(MAX_ACTION_CHARS)
-        self._connections: dict[Path, sqlite3.Connection] = {}
         self._task: Task | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._db: Path | None = None
         self._gold: tuple[list[tuple], bool] = ([], False)
         self._turns_left = 0
 
@@ -408,10 +406,8 @@ class SQLEnv(gym.Env):
         if not isinstance(task.answer, str) or not task.answer.strip():
             raise ValueError(f"task {task.id!r} has no gold SQL in its `answer` field")
         path = resolve_database(database)
-        if path not in self._connections:
-            self._connections[path] = open_read_only(path)
-        self._conn = self._connections[path]
-        self._gold = gold_result(self._conn, path, task.answer, self.time_limit_s)
+        self._gold = gold_result(path, task.answer, self.time_limit_s)
+        self._db = path
         self._task, self._turns_left = task, self.max_turns
         schema, first_table = _schema(path)
         # Small models copy the example: it shows the answer tag, the thing they must learn.
@@ -426,7 +422,7 @@ class SQLEnv(gym.Env):
         return _clip(observation, MAX_OBSERVATION_CHARS), info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._task is None or self._conn is None:
+        if self._task is None or self._db is None:
             error = "the episode is over; call reset() to start a new one"
             return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
         self._turns_left -= 1
@@ -444,7 +440,7 @@ class SQLEnv(gym.Env):
         if tag == "solution":
             return self._grade(query)
         try:
-            columns, rows, more = run_query(self._conn, query, self.max_rows, self.time_limit_s)
+            columns, rows, more = run_query(self._db, query, self.max_rows, self.time_limit_s)
         except QueryError as e:
             return self._next_turn(f"Error: {e}", str(e))
         return self._next_turn(format_table(columns, rows, more, self.max_obs_chars), None)
@@ -485,13 +481,13 @@ class SQLEnv(gym.Env):
         )
 
     def _grade(self, query: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        assert self._conn is not None and self._task is not None
+        assert self._db is not None and self._task is not None
         gold_sql = str(self._task.answer)
         self._task = None
         gold_rows, order_matters = self._gold
         error = None
         try:
-            _, rows, more = run_query(self._conn, query, GRADE_MAX_ROWS, self.time_limit_s)
+            _, rows, more = run_query(self._db, query, GRADE_MAX_ROWS, self.time_limit_s)
             correct = not more and execution_match(gold_rows, rows, order_matters)
             if more:
                 error = f"the result has more than {GRADE_MAX_ROWS} rows"
@@ -519,7 +515,5 @@ class SQLEnv(gym.Env):
         return _clip(observation, self.max_obs_chars), reward, True, False, info
 
     def close(self) -> None:
-        for conn in self._connections.values():
-            conn.close()
-        self._connections.clear()
-        self._conn = self._task = None
+        # Query workers are shared by every SQLEnv in the process; `close_workers` ends them.
+        self._db = self._task = None

@@ -4,19 +4,32 @@ Read-only, three levels deep: the connection is opened `mode=ro` (plus `query_on
 `check_read_only` accepts exactly one SELECT-shaped statement (parsed by sqlglot); and an
 sqlite authorizer denies everything but reads and ordinary functions (no ATTACH, PRAGMA,
 writes or `load_extension`; `VACUUM INTO`, which `mode=ro` alone lets through, needs
-ATTACH). A progress handler stops any query after `time_limit_s` of wall time; the few
-builtins that can loop inside one C call, out of its reach (printf, trim, replace, long
-LIKE patterns), are guarded. At most `max_rows + 1` rows are fetched, and every failure is
-a `QueryError` whose message is fit to show the agent.
+ATTACH). The builtins that loop inside one C call (printf, trim, replace) are guarded.
+
+Queries run in a worker process (`run_query`), never in the caller: a progress handler
+stops ordinary queries at `time_limit_s`, but nothing inside sqlite reaches into one long C
+call (`instr` of two large blobs ran 15 s against a 2 s limit, and `interrupt()` waits for
+it too), so the caller kills the worker when its reply is late. The worker's address space
+and sqlite heap are capped, sorts stay in memory, and a result is capped in bytes as well
+as rows, so no query grows the host process by more than `MAX_RESULT_BYTES`. Every failure
+is a `QueryError` whose message is fit to show the agent.
 
 The environment itself (action grammar, grading, observations) lives in `environments.sql`.
 """
 
 from __future__ import annotations
 
+import atexit
+import base64
+import json
 import logging
+import os
 import re
+import select
 import sqlite3
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -149,8 +162,10 @@ def _install_guards(conn: _Connection) -> None:
         conn.create_function(name, -1, guarded(name, check_scan), deterministic=True)
 
 
-def open_read_only(path: Path) -> sqlite3.Connection:
-    """Level 1 (`mode=ro`, `query_only`) and level 3 (the authorizer), plus size limits."""
+def open_read_only(path: Path, heap_limit_bytes: int = 0) -> sqlite3.Connection:
+    """Level 1 (`mode=ro`, `query_only`) and level 3 (the authorizer), plus size limits.
+
+    `heap_limit_bytes` caps sqlite's heap for the whole process (the query worker sets it)."""
     # check_same_thread=False: async rollouts may step one env from several pool threads
     # (never at once); the env owns its connection.
     conn = sqlite3.connect(
@@ -161,6 +176,9 @@ def open_read_only(path: Path) -> sqlite3.Connection:
         factory=_Connection,
     )
     conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA temp_store = MEMORY")  # sorts count against the heap, not the disk
+    if heap_limit_bytes:
+        conn.execute(f"PRAGMA hard_heap_limit = {int(heap_limit_bytes)}")
     conn.text_factory = lambda b: b.decode("utf-8", "replace")  # a bad byte is not a crash
     conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_QUERY_CHARS)
@@ -171,21 +189,57 @@ def open_read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def run_query(
-    conn: sqlite3.Connection, sql: str, max_rows: int, time_limit_s: float
-) -> tuple[list[str], list[tuple], bool]:
-    """Run one read-only query: (column names, at most max_rows rows, whether more exist)."""
-    if len(sql) > MAX_QUERY_CHARS:
-        raise QueryError(f"the query is {len(sql)} characters; the limit is {MAX_QUERY_CHARS}")
-    check_read_only(sql)
+# ---------------------------------------------------------------------------- queries
+
+MAX_RESULT_BYTES = 16_000_000
+"""Largest result a query may return, measured as the JSON the worker sends back."""
+KILL_GRACE_S = 0.5
+"""A worker whose reply is this late after the time limit is killed (one long C call)."""
+WORKER_MEMORY_BYTES = 1 << 30
+"""Address-space limit of a query worker process."""
+WORKER_HEAP_BYTES = 256_000_000
+"""sqlite's heap limit in a worker: a sort or a big value fails with "out of memory" first."""
+MAX_IDLE_WORKERS = 8
+"""Idle workers kept per database for the next query (episodes come and go quickly)."""
+_START_TIMEOUT_S = 60.0
+_WORKER_ENV = ("PATH", "PYTHONPATH", "TMPDIR", "LANG", "LC_ALL")
+_MAX_ERROR_CHARS = 500
+
+
+def _blob(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$blob": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"cannot send a {type(value).__name__}")
+
+
+def _unblob(obj: dict[str, Any]) -> Any:
+    return base64.b64decode(obj["$blob"]) if set(obj) == {"$blob"} else obj
+
+
+def _execute(
+    conn: sqlite3.Connection, sql: str, max_rows: int, max_bytes: int, time_limit_s: float
+) -> bytes:
+    """In the worker: run one query; the reply as JSON, rows fetched one at a time and counted
+    in bytes, so a few huge rows stop as early as many small ones."""
     deadline = time.monotonic() + time_limit_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
     cursor = None
+    rows: list[str] = []
+    size, more = 0, False
     try:
         cursor = conn.execute(sql)
-        rows = cursor.fetchmany(max_rows + 1)
         columns = [d[0] for d in cursor.description or ()]
+        for row in cursor:
+            if len(rows) == max_rows:
+                more = True
+                break
+            rows.append(json.dumps(row, default=_blob))
+            size += len(rows[-1]) + 1
+            if size > max_bytes:
+                raise QueryError(f"the result is larger than {max_bytes:,} bytes; select less")
     except (sqlite3.Error, ValueError, OverflowError, MemoryError) as e:
+        if isinstance(e, QueryError):
+            raise
         if time.monotonic() > deadline:
             raise QueryError(
                 f"the query was stopped at the {time_limit_s:g} s time limit"
@@ -194,9 +248,185 @@ def run_query(
             raise QueryError(getattr(conn, "refusal", "") or str(e)) from None
         if "not authorized" in str(e) or "authorization denied" in str(e):
             raise QueryError("not allowed: the database is read-only (SELECT only)") from None
+        if isinstance(e, MemoryError) or "out of memory" in str(e):
+            raise QueryError("the query ran out of memory") from None
         raise QueryError(f"sqlite error: {e}") from None
     finally:
         if cursor is not None:
             cursor.close()
         conn.set_progress_handler(None, 0)
-    return columns, rows[:max_rows], len(rows) > max_rows
+    head = json.dumps({"columns": columns, "more": more})
+    return (head[:-1] + ', "rows": [' + ",".join(rows) + "]}").encode("ascii")
+
+
+def _serve(path: str) -> None:
+    """The worker process: open `path`, then answer one JSON request per stdin line."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    out = sys.stdout.buffer
+
+    def send(data: bytes) -> None:
+        out.write(len(data).to_bytes(8, "big") + data)
+        out.flush()
+
+    try:
+        conn = open_read_only(Path(path), heap_limit_bytes=WORKER_HEAP_BYTES)
+    except (sqlite3.Error, OSError) as e:
+        send(json.dumps({"error": f"cannot open the database: {e}"}).encode())
+        return
+    send(b"{}")
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            reply = _execute(
+                conn,
+                request["sql"],
+                request["max_rows"],
+                request["max_bytes"],
+                request["time_limit_s"],
+            )
+        except QueryError as e:
+            reply = json.dumps({"error": str(e)[:_MAX_ERROR_CHARS]}).encode()
+        send(reply)
+
+
+class _Late(Exception):
+    """The worker did not answer before the deadline."""
+
+
+class _Worker:
+    """A child process that owns one read-only connection to one database file."""
+
+    def __init__(self, path: Path) -> None:
+        stat = path.stat()
+        self.version = (stat.st_ino, stat.st_mtime_ns)
+        self.owner = os.getpid()
+        code = "import sys; sys.path.insert(0, sys.argv[1]); import environments.sql_guard as g; g._serve(sys.argv[2])"  # noqa: E501
+        # start_new_session: a Ctrl-C to the run does not kill a worker mid-episode; a worker
+        # exits when its stdin closes, so it never outlives the process that started it.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(Path(__file__).resolve().parents[1]), str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={k: os.environ[k] for k in _WORKER_ENV if k in os.environ},
+        )
+        try:
+            hello = self._reply(time.monotonic() + _START_TIMEOUT_S, 64 * 1024)
+        except (_Late, EOFError, OSError, ValueError):
+            self.kill()
+            raise QueryError("the database process did not start") from None
+        if "error" in hello:
+            self.kill()
+            raise QueryError(hello["error"])
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd, data = self.proc.stdout.fileno(), bytearray()
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise _Late
+            chunk = os.read(fd, min(n - len(data), 1 << 20))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
+
+    def _reply(self, deadline: float, limit: int) -> dict[str, Any]:
+        """One length-prefixed JSON reply; a length above `limit` is refused unread."""
+        n = int.from_bytes(self._read(8, deadline), "big")
+        if n > limit:
+            raise ValueError(f"a reply of {n} bytes")
+        reply = json.loads(self._read(n, deadline), object_hook=_unblob)
+        if not isinstance(reply, dict):
+            raise ValueError("a reply that is not an object")
+        return reply
+
+    def query(self, request: dict[str, Any], deadline: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._reply(deadline, request["max_bytes"] + 64 * 1024)
+
+    def usable(self, path: Path) -> bool:
+        try:
+            stat = path.stat()
+        except OSError:
+            return False
+        same = (stat.st_ino, stat.st_mtime_ns) == self.version
+        return same and self.owner == os.getpid() and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.owner != os.getpid():
+            return  # a forked copy of this object; the process belongs to the parent
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+_IDLE: dict[Path, list[_Worker]] = {}
+_IDLE_LOCK = threading.Lock()
+
+
+def _checkout(path: Path) -> _Worker:
+    with _IDLE_LOCK:
+        idle = _IDLE.get(path, [])
+        while idle:
+            worker = idle.pop()
+            if worker.usable(path):
+                return worker
+            worker.kill()
+    return _Worker(path)
+
+
+def _checkin(path: Path, worker: _Worker) -> None:
+    with _IDLE_LOCK:
+        idle = _IDLE.setdefault(path, [])
+        if len(idle) < MAX_IDLE_WORKERS:
+            idle.append(worker)
+            return
+    worker.kill()
+
+
+@atexit.register
+def close_workers() -> None:
+    """End every idle query worker (busy ones end when their query does)."""
+    with _IDLE_LOCK:
+        workers = [w for idle in _IDLE.values() for w in idle]
+        _IDLE.clear()
+    for worker in workers:
+        worker.kill()
+
+
+def run_query(
+    path: Path,
+    sql: str,
+    max_rows: int,
+    time_limit_s: float,
+    max_bytes: int = MAX_RESULT_BYTES,
+) -> tuple[list[str], list[tuple], bool]:
+    """Run one read-only query on the database at `path` in a worker process:
+    (column names, at most max_rows rows, whether more exist)."""
+    if len(sql) > MAX_QUERY_CHARS:
+        raise QueryError(f"the query is {len(sql)} characters; the limit is {MAX_QUERY_CHARS}")
+    check_read_only(sql)
+    worker = _checkout(path)
+    request = {"sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}
+    request["time_limit_s"] = time_limit_s
+    try:
+        reply = worker.query(request, time.monotonic() + time_limit_s + KILL_GRACE_S)
+    except _Late:
+        worker.kill()
+        raise QueryError(f"the query was stopped at the {time_limit_s:g} s time limit") from None
+    except (EOFError, OSError, ValueError):  # killed by its memory limit, or a broken reply
+        worker.kill()
+        raise QueryError("the query ran out of memory") from None
+    _checkin(path, worker)
+    if "error" in reply:
+        raise QueryError(str(reply["error"]))
+    return reply["columns"], [tuple(row) for row in reply["rows"]], bool(reply["more"])
