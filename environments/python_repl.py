@@ -154,7 +154,21 @@ def run_cell(code: str, namespace: dict[str, Any], name: str, cap: int) -> tuple
         return text, None
     except BaseException as e:  # SystemExit and KeyboardInterrupt are errors of the cell too
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-        return None, "".join(traceback.format_exception(type(e), e, tb))
+        parts = traceback.format_exception(type(e), e, tb)  # a huge message stays here
+        return None, _clip("".join(_clip(part, TRACEBACK_PART_CHARS) for part in parts), cap)
+
+
+TRACEBACK_PART_CHARS = 1000
+"""Longest piece of a traceback (a frame, the exception's line) kept whole."""
+
+
+def _clip(text: str, cap: int) -> str:
+    """At most about `cap` characters of `text`: its head and tail (a traceback's last line
+    names the exception)."""
+    if len(text) <= cap:
+        return text
+    half = max(1, cap // 2)
+    return f"{text[:half]}\n... ({len(text) - 2 * half} characters clipped) ...\n{text[-half:]}"
 
 
 # ---------------------------------------------------------------------------- host side
@@ -162,6 +176,12 @@ def run_cell(code: str, namespace: dict[str, Any], name: str, cap: int) -> tuple
 
 START_TIMEOUT_S = 20.0
 """Time a new REPL gets to say it is ready (bwrap + interpreter start take ~30 ms)."""
+
+
+def max_response_bytes(output_bytes: int) -> int:
+    """The largest response the host reads: a value and an error of `output_bytes` characters
+    each, JSON-escaped (up to 12 bytes a character). A longer header ends the REPL unread."""
+    return 24 * output_bytes + 4096
 
 
 def driver_source() -> str:
@@ -254,6 +274,7 @@ class PythonRepl:
         pending = memoryview(request or b"")
         deadline = time.monotonic() + timeout
         status: Literal["ok", "timeout", "crashed"] = "crashed"
+        limit, oversized = max_response_bytes(self.output_bytes), 0
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, "out")
             sel.register(self._resp_fd, selectors.EVENT_READ, "resp")
@@ -286,7 +307,11 @@ class PythonRepl:
                         keep(data)
                         continue
                     resp += data
-                    if len(resp) >= 4 and len(resp) >= 4 + struct.unpack(">I", resp[:4])[0]:
+                    size = struct.unpack(">I", resp[:4])[0] if len(resp) >= 4 else 0
+                    if size > limit or len(resp) > 4 + limit:  # forged by the cell: stop here
+                        oversized, done = max(size, len(resp) - 4), True
+                        break
+                    if len(resp) >= 4 and len(resp) >= 4 + size:
                         status, done = "ok", True
         with contextlib.suppress(BlockingIOError, OSError):  # what the cell printed last
             while len(chunk := os.read(proc.stdout.fileno(), 1 << 20)):
@@ -294,6 +319,12 @@ class PythonRepl:
         output = bytes(out).decode("utf-8", "replace")
         if status == "timeout":
             return ReplReply(output, None, None, dropped > 0, "timeout")
+        if oversized:
+            error = (
+                f"the REPL sent a {oversized}-byte response, over the {limit}-byte limit "
+                "(the cell wrote to the REPL's own pipe)"
+            )
+            return ReplReply(output, None, error, True, "crashed")
         if status == "crashed":
             code = proc.poll()
             if code is None:

@@ -1,12 +1,20 @@
 """A sandbox for code an agent writes: one private work dir, rlimits, no network, kill-all.
 
-With bubblewrap (`/usr/bin/bwrap`) every command runs in fresh namespaces (no network, own
-PID namespace, no nested user namespaces), sees the host's system read-only, gets a private
-`/tmp`, empty `/root` and `/home` (and `$HOME`), and one writable dir, the work dir, at
-`/work`. Without bubblewrap a plainly announced fallback runs commands in the work dir with
-the same rlimits and process-group kills, but sees (and may write) whatever the uid may.
+With bubblewrap (`/usr/bin/bwrap`) every command runs in fresh namespaces (no network, so
+no abstract unix sockets of the host either; own PID namespace, no nested user namespaces),
+sees the host's system read-only, gets private, empty, size-capped tmpfs dirs over `/tmp`,
+`/dev/shm`, `/root`, `/home`, `/run`, `/var/tmp` (and `$HOME`), so the host's unix sockets
+there cannot be reached, and one writable dir, the work dir, at `/work`. Without bubblewrap
+a plainly announced fallback runs commands in the work dir with the same rlimits and
+process-group kills, but sees (and may write) whatever the uid may.
 
-The command line of every process is `prlimit ... -- [setpriv ...] [bwrap ...] env -i ...`:
+Quotas (`Limits.memory_mb`, `Limits.disk_mb`): every process of a sandbox joins one memory
+cgroup (v2, or v1's memory controller) capped at `memory_mb`, tmpfs pages it writes
+included, where we may make one; otherwise, as root, RLIMIT_NPROC x RLIMIT_AS <= memory_mb.
+The work dir the sandbox makes itself is a tmpfs of `disk_mb` when we are root.
+
+The command line of every process is
+`[sh -c 'join the cgroup'] prlimit ... -- [setpriv ...] [bwrap ...] env -i ...`:
 
 - `prlimit` sets the `Limits` (CPU seconds, address space, processes, file size).
 - `setpriv` (only when we are root) drops to a uid of our own from `UID_RANGE`, one per
@@ -51,6 +59,11 @@ UID_RANGE = range(60000, 64000)
 BACKEND_ENV = "SKYRL_SANDBOX_BACKEND"
 """Set to `fallback` to force the weaker backend (tests), or `bwrap` to require bubblewrap."""
 INNER_WORKDIR = "/work"
+HIDDEN_DIRS = ("/tmp", "/dev/shm", "/root", "/home", "/run", "/var/run", "/var/tmp", "/var/lock")
+"""Host dirs replaced by an empty tmpfs under bwrap: they hold the host's unix sockets
+(a sandbox uid may connect to a world-writable one), secrets and temp files."""
+MIN_PROCESS_MB = 128
+"""Without a memory cgroup, RLIMIT_NPROC is cut so each process still gets this much."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _WRAPPER_ENV = {"PATH": PATH, "LANG": "C.UTF-8"}
 """The environment of the wrapper chain itself (the host's may be huge or secret)."""
@@ -65,11 +78,18 @@ class Limits:
     cpu_seconds: int = 30
     """RLIMIT_CPU per process."""
     memory_mb: int = 1024
-    """RLIMIT_AS (address space) per process."""
+    """Memory of the whole sandbox: a memory cgroup of this size (what it keeps in its tmpfs
+    dirs included) where one can be made, and RLIMIT_AS per process. Without a cgroup, when
+    we are root, RLIMIT_AS is memory_mb / RLIMIT_NPROC so the sum still fits (see
+    `Sandbox.memory_cgroup`)."""
     processes: int = 256
     """RLIMIT_NPROC: processes of the sandbox's uid (binds when we are root and drop to one)."""
     file_size_mb: int = 64
     """RLIMIT_FSIZE: the largest file a process may write."""
+    disk_mb: int = 512
+    """Size cap of each writable place: `/tmp`, `/dev/shm`, `/root`, `/home` (tmpfs under
+    bwrap) and the work dir the sandbox makes itself (a tmpfs when we are root; a given work
+    dir is not capped). A full one fails writes with ENOSPC ("No space left on device")."""
     output_bytes: int = 16_384
     """Cap on one observation's captured output; the rest is discarded and marked truncated."""
     timeout_s: float = 10.0
@@ -192,6 +212,97 @@ def _kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
+# ---------------------------------------------------------------------------- quotas
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+
+
+def _own_cgroup() -> tuple[Path, str] | None:
+    """(folder our process's memory cgroup is in, `v1` or `v2`), or None when there is none."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
+    if (_CGROUP_ROOT / "cgroup.controllers").is_file():  # the unified hierarchy alone
+        path = next((p for n, c, p in entries if n == "0" and c == ""), None)
+        return (_CGROUP_ROOT / path.lstrip("/"), "v2") if path is not None else None
+    v1 = next((p for _, c, p in entries if "memory" in c.split(",")), None)
+    if v1 is not None and (_CGROUP_ROOT / "memory" / "memory.limit_in_bytes").is_file():
+        return _CGROUP_ROOT / "memory" / v1.lstrip("/"), "v1"
+    return None
+
+
+def _make_memory_cgroup(name: str, limit_bytes: int) -> Path | None:
+    """A child memory cgroup of ours capped at `limit_bytes` (swap included), or None where
+    cgroups are absent, read-only, or have no memory controller for us."""
+    own = _own_cgroup()
+    if own is None:
+        return None
+    parent, version = own
+    folder = parent / name
+    try:
+        folder.mkdir()
+    except OSError:
+        return None
+    try:
+        if version == "v2":
+            (folder / "memory.max").write_text(str(limit_bytes))
+            with contextlib.suppress(OSError):
+                (folder / "memory.swap.max").write_text("0")
+        else:
+            (folder / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            with contextlib.suppress(OSError):  # only with swap accounting on
+                (folder / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+        os.chmod(folder / "cgroup.procs", 0o600)
+    except OSError as e:
+        log.info("skyrl sandbox: no memory cgroup (%s)", e)
+        _remove_cgroup(folder)
+        return None
+    return folder
+
+
+def _remove_cgroup(folder: Path) -> None:
+    for _ in range(200):  # the killed processes leave it within milliseconds
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.005)
+    log.warning("skyrl sandbox: could not remove the cgroup %s", folder)
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmpfs(path: Path, size_mb: int, uid: int) -> bool:
+    """Mount a tmpfs of `size_mb` on `path` (owned by `uid`, mode 0700); False if we cannot."""
+    opts = f"size={size_mb}m,mode=0700,uid={uid},gid={uid}".encode()
+    flags = _MS_NOSUID | _MS_NODEV
+    if _libc().mount(b"skyrl-sandbox", bytes(path), b"tmpfs", flags, opts) == 0:
+        return True
+    log.info("skyrl sandbox: no tmpfs work dir (%s)", os.strerror(_libc_errno()))
+    return False
+
+
+def _libc_errno() -> int:
+    import ctypes
+
+    return ctypes.get_errno()
+
+
+def _unmount(path: Path) -> None:
+    if _libc().umount2(bytes(path), _MNT_DETACH) != 0:
+        log.warning("skyrl sandbox: could not unmount %s: %s", path, os.strerror(_libc_errno()))
+
+
 @dataclass
 class _State:
     """What cleanup needs, kept apart from the Sandbox so a finalizer can hold it."""
@@ -201,6 +312,8 @@ class _State:
     workdir: Path
     remove_workdir: bool
     bwrap: bool
+    cgroup: Path | None = None
+    mounted: bool = False
     procs: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
@@ -223,6 +336,10 @@ class _State:
             return
         self.kill_all()
         self.closed = True
+        if self.mounted:
+            _unmount(self.workdir)
+        if self.cgroup is not None:
+            _remove_cgroup(self.cgroup)
         if self.remove_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
         if self.lock_fd is not None:
@@ -281,6 +398,12 @@ class Sandbox:
     """The same dir as seen by sandboxed code (`/work` under bwrap)."""
     uid: int | None
     """The unprivileged uid sandboxed code runs as (None when we are not root)."""
+    memory_cgroup: Path | None
+    """The memory cgroup every process of the sandbox runs in, capped at `Limits.memory_mb`;
+    None where none could be made (no cgroup fs, read-only, not root): then the cap is
+    RLIMIT_NPROC x RLIMIT_AS when we are root, and per process only otherwise."""
+    disk_capped: bool
+    """True when the work dir is a tmpfs of `Limits.disk_mb` (we made it, as root)."""
 
     def __init__(
         self,
@@ -325,19 +448,29 @@ class Sandbox:
             for root, dirs, files in os.walk(path):
                 for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                     os.lchown(name, uid, uid)
+        self.disk_capped = remove and uid is not None and _mount_tmpfs(path, limits.disk_mb, uid)
         path.chmod(0o700)
         self.workdir = path
         self.inner_workdir = INNER_WORKDIR if self.backend == "bwrap" else str(path)
+        name = f"skyrl-sandbox-{os.getpid()}-{uid if uid is not None else path.name}"
+        self.memory_cgroup = _make_memory_cgroup(name, limits.memory_mb * 1024 * 1024)
         self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
+        self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped
         self._finalizer = weakref.finalize(self, _State.close, self._state)
 
     # ------------------------------------------------------------------------ command lines
 
-    def _nproc(self) -> int:
-        if self.uid is not None:
-            return self.limits.processes
-        # not root: RLIMIT_NPROC counts every process of our own uid, not just the sandbox's
-        return len(pids_of_uid(os.getuid())) + self.limits.processes
+    def _nproc_and_as_mb(self) -> tuple[int, int]:
+        """RLIMIT_NPROC and RLIMIT_AS (MB) of each process."""
+        lim = self.limits
+        if self.uid is None:
+            # not root: RLIMIT_NPROC counts every process of our own uid, not just the sandbox's
+            return len(pids_of_uid(os.getuid())) + lim.processes, lim.memory_mb
+        if self.memory_cgroup is not None:
+            return lim.processes, lim.memory_mb
+        # no cgroup: RLIMIT_NPROC (our uid alone) x RLIMIT_AS must fit in memory_mb
+        nproc = min(lim.processes, max(1, lim.memory_mb // MIN_PROCESS_MB))
+        return nproc, lim.memory_mb // nproc
 
     def argv(
         self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
@@ -353,19 +486,27 @@ class Sandbox:
             raise ValueError("an empty command line")
         mb = 1024 * 1024
         lim = self.limits
-        cmd = ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_mb * mb}"]
-        cmd += [f"--nproc={self._nproc()}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
+        nproc, as_mb = self._nproc_and_as_mb()
+        cmd = []
+        if self.memory_cgroup is not None:  # join the cgroup, then become the command
+            procs = str(self.memory_cgroup / "cgroup.procs")
+            cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
+        cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
+        cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
         if self.uid is not None:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
         if self.backend == "bwrap":
             cmd += [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-            cmd += ["--tmpfs", "/tmp", "--tmpfs", "/root", "--tmpfs", "/home"]
+            size = ["--size", str(lim.disk_mb * mb)]
+            # fresh, size-capped tmpfs over every place host sockets and secrets live
+            hidden = [Path(p) for p in HIDDEN_DIRS if os.path.isdir(p) and not os.path.islink(p)]
             home = os.environ.get("HOME", "")
             if home.startswith("/") and os.path.isdir(home):
                 home_dir = Path(home).resolve()
-                hidden = [Path(p) for p in ("/tmp", "/root", "/home")]
                 if home_dir != Path("/") and not any(home_dir.is_relative_to(p) for p in hidden):
-                    cmd += ["--tmpfs", str(home_dir)]  # a home elsewhere (/var/lib/x) is hidden too
+                    hidden.append(home_dir)  # a home elsewhere (/var/lib/x) is hidden too
+            for folder in hidden:
+                cmd += [*size, "--tmpfs", str(folder)]
             cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", INNER_WORKDIR]

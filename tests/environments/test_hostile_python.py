@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -192,3 +194,162 @@ def test_garbage_actions_are_observations(env: PythonEnv, action: object):
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert set(info) == {"turns_left", "error"}
     assert run(env, "print('fine')") == "fine"
+
+
+# ---------------------------------------------------------------------------- issue 11: limits
+
+
+class PeakRss:
+    """Samples the resident memory (MB) of the host process, or of a sandbox uid's processes."""
+
+    def __init__(self, uid: int | None = None) -> None:
+        self.uid, self.peak, self._stop = uid, 0.0, threading.Event()
+        self.base = self.sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> float:
+        pids = ["self"] if self.uid is None else [str(p) for p in pids_of_uid(self.uid)]
+        total = 0
+        for pid in pids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+        return total / 1024
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.sample())
+            time.sleep(0.02)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def shmem_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no Shmem in /proc/meminfo")
+
+
+@pytest.fixture
+def host_sockets():
+    """Listeners on the host: world-writable sockets in /run and /var/tmp, an abstract one."""
+    servers, names = [], []
+    for folder in ("/run", "/var/tmp"):
+        path = f"{folder}/skyrl-test-{uuid.uuid4().hex[:12]}.sock"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+        os.chmod(path, 0o777)
+        servers.append(server)
+        names.append(path)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0skyrl-test-{uuid.uuid4().hex[:12]}")
+    servers.append(abstract)
+    names.append(abstract.getsockname())
+    for server in servers:
+        server.listen()
+        server.settimeout(0.2)
+    yield names
+    for server, name in zip(servers, names, strict=True):
+        with pytest.raises(TimeoutError):
+            server.accept()  # nobody got through
+        server.close()
+        if isinstance(name, str) and name.startswith("/"):
+            os.unlink(name)
+
+
+def test_host_unix_sockets_are_unreachable(env: PythonEnv, host_sockets: list):
+    code = f"""import socket
+reached = []
+for name in {host_sockets!r}:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(1)
+    try:
+        s.connect(name)
+        reached.append(name)
+    except OSError:
+        pass
+reached"""
+    assert run(env, code) == "Out: []"
+
+
+def test_disk_writes_are_capped_with_a_clear_error(env: PythonEnv):
+    """Four cells writing 5 x 60 MB each: the work dir, /tmp and /dev/shm are size-capped."""
+    cap = getattr(env.limits, "disk_mb", 512)  # the default cap
+    shm_before = shmem_mb()
+    cell = """import os
+os.makedirs({folder!r}, exist_ok=True)
+for i in range(5):
+    with open(os.path.join({folder!r}, 'c{n}_%d' % i), 'wb') as f:
+        f.write(b'x' * (60 << 20))"""
+    errors = []
+    for n, folder in enumerate(["big", "big", "/tmp/big", "/dev/shm/big"]):
+        obs = run(env, cell.format(folder=folder, n=n))
+        errors.append(obs)
+    box = env.sandbox
+    assert box is not None
+    on_disk = sum(f.stat().st_size for f in box.workdir.rglob("*") if f.is_file()) / 2**20
+    assert on_disk <= cap + 1, on_disk
+    assert shmem_mb() - shm_before <= 2 * cap + 16
+    assert "No space left on device" in errors[1], errors[1]  # 600 MB into the work dir
+    assert run(env, "print('alive')") == "alive"
+    assert run(env, "import shutil; shutil.rmtree('big'); open('ok', 'w').write('ok')") == "Out: 2"
+
+
+def test_memory_limit_holds_for_the_whole_sandbox():
+    """Four children of 700 MB each: together they stay within memory_mb."""
+    env = PythonEnv(timeout_s=15.0, max_turns=5, sandbox_backend="bwrap")
+    env.reset(options={"task": TASK})
+    run(env, "print('started')")
+    box = env.sandbox
+    assert box is not None and box.uid is not None
+    code = """import subprocess, sys
+child = "b = b'x' * (700 << 20); import time; time.sleep(1)"
+procs = [subprocess.Popen([sys.executable, '-c', child]) for _ in range(4)]
+[p.wait() for p in procs]"""
+    with PeakRss(box.uid) as rss:
+        obs = run(env, code)
+    assert rss.peak <= env.limits.memory_mb + 64, (rss.peak, obs)
+    assert "died" in obs or "-9" in obs, obs  # the kernel stopped some of them
+    assert run(env, "print('alive')") == "alive"
+    env.close()
+
+
+def test_a_forged_response_header_does_not_grow_the_host(env: PythonEnv):
+    code = """import os, stat, struct
+me = os.readlink('/proc/self/fd/1')
+for fd in map(int, os.listdir('/proc/self/fd')):
+    try:
+        link = os.readlink('/proc/self/fd/%d' % fd)
+    except OSError:
+        continue
+    if link.startswith('pipe:') and link != me and fd > 2:
+        try:
+            os.write(fd, struct.pack('>I', 0x7fffffff))
+            chunk = b'x' * (1 << 20)
+            for _ in range(600):
+                os.write(fd, chunk)
+        except OSError:
+            pass"""
+    with PeakRss() as rss:
+        obs, reward, terminated, truncated, _ = env.step(f"<python>{code}</python>")
+    assert rss.peak - rss.base < 100, rss.peak - rss.base
+    assert not terminated and "Error" in obs, obs
+    assert run(env, "print('alive')") == "alive"
+
+
+def test_a_huge_exception_message_does_not_grow_the_host(env: PythonEnv):
+    with PeakRss() as rss:
+        obs = run(env, "raise ValueError('x' * 150_000_000)")
+    assert rss.peak - rss.base < 100, rss.peak - rss.base
+    assert "ValueError" in obs and len(obs) < 10_000, obs[:300]
+    assert run(env, "print('alive')") == "alive"

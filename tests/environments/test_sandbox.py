@@ -144,7 +144,9 @@ def test_unreachable_work_dir_is_a_clear_error(tmp_path: Path):
 
 def test_argv_for_a_caller_that_spawns_it_itself(sb: Sandbox):
     cmd = sb.argv(["echo", "x"], env={"A": "b"})
-    assert cmd[0] == "prlimit" and cmd[-2:] == ["echo", "x"] and "A=b" in cmd
+    joins = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', f"{sb.memory_cgroup}/cgroup.procs"]
+    assert cmd[:4] == joins if sb.memory_cgroup else cmd[0] == "prlimit"
+    assert "prlimit" in cmd and cmd[-2:] == ["echo", "x"] and "A=b" in cmd
     if sb.backend == "bwrap":
         for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--ro-bind"):
             assert flag in cmd
@@ -210,3 +212,59 @@ def test_fallback_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
     assert len([r for r in caplog.records if "WEAKER" in r.message]) == 1
     with pytest.raises(ValueError, match="known: auto, bwrap, fallback"):
         Sandbox(backend="docker")  # type: ignore[arg-type]
+
+
+@needs_bwrap
+def test_bwrap_cannot_reach_host_unix_sockets():
+    """World-writable listeners in /run and /var/tmp, and an abstract one: none is reachable."""
+    servers, names = [], []
+    for folder in ("/run", "/var/tmp"):
+        path = f"{folder}/skyrl-test-{os.getpid()}-{time.monotonic_ns()}.sock"
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(path)
+        os.chmod(path, 0o777)
+        servers.append(server)
+        names.append(path)
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0skyrl-test-{os.getpid()}-{time.monotonic_ns()}")
+    servers.append(abstract)
+    names.append(abstract.getsockname())
+    for server in servers:
+        server.listen()
+        server.settimeout(0.2)
+    probe = f"""import socket
+for name in {names!r}:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(1)
+    try:
+        s.connect(name)
+        print('reached', name)
+    except OSError as e:
+        print('blocked', e.errno)
+"""
+    try:
+        with Sandbox(backend="bwrap") as box:
+            result = box.run(["python3", "-c", probe])
+        assert result.stdout.count("blocked") == 3, result.stdout + result.stderr
+        for server in servers:
+            with pytest.raises(TimeoutError):
+                server.accept()
+    finally:
+        for server in servers:
+            server.close()
+        for name in names[:2]:
+            os.unlink(name)
+
+
+@needs_bwrap
+def test_bwrap_disk_is_capped_everywhere_it_can_write():
+    limits = Limits(disk_mb=40, file_size_mb=64, timeout_s=20)  # type: ignore[call-arg]
+    with Sandbox(limits, backend="bwrap") as box:
+        for folder in ("/work", "/tmp", "/dev/shm"):
+            script = f"head -c 60M /dev/zero > {folder}/big; echo rc=$?; rm -f {folder}/big"
+            result = box.run(["bash", "-c", script])
+            assert "No space left on device" in result.stderr, (folder, result)
+            assert "rc=1" in result.stdout
+        result = box.run(["bash", "-c", "head -c 30M /dev/zero > /work/fits && echo ok"])
+        assert result.stdout == "ok\n"
+        assert (box.workdir / "fits").stat().st_size == 30 * 2**20
