@@ -18,7 +18,10 @@ it stands and truncates the episode. Every failure is an observation, never an e
 
 Protocol: a command travels as an ANSI-C quoted string (`$'...'`, printable ASCII only, in
 lines short enough for the pty's canonical mode), runs through `eval` with stdin from
-/dev/null, and a random sentinel with `$?` follows it. Output past `Limits.output_bytes` is
+/dev/null, and a marker with `$?` follows it, on the same line: the marker is new for
+every command, and bash has read the whole line before the command runs, so the command
+cannot read it from the terminal, and one it saw traced (`set -x`, which ends with the
+command) is stale. Output past `Limits.output_bytes` is
 cut to its head and tail; a command past `timeout_s`, or one that floods the pty past
 `FLOOD_BYTES`, is killed with every process it left behind while the shell itself survives
 (it is restarted only if it does not answer, e.g. a `while true` loop in bash itself).
@@ -202,7 +205,8 @@ class ShellEnv(gym.Env):
         self._shell_nspid = 0  # the shell's pid as it sees itself ($$)
         self._task: Task | None = None
         self._turns_left = 0
-        self._marker = b""
+        self._marker = b""  # the current command's end marker (new for each command)
+        self._marker_re = re.compile(b"(?!)")
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -360,7 +364,6 @@ class ShellEnv(gym.Env):
         )
         shell.delaybeforesend = None
         self._shell = shell
-        self._marker = f"__skyrl_{secrets.token_hex(12)}__".encode()
         self._send(["stty -onlcr -echo 2>/dev/null; set +o history +H; unset HISTFILE"])
         status, _, _ = self._collect(time.monotonic() + 30, _Output(4096))
         if status is None:
@@ -368,25 +371,34 @@ class ShellEnv(gym.Env):
         self._shell_nspid = status  # the handshake reports $$
 
     def _send(self, lines: list[str], status: str = "$$") -> None:
-        tail = f"printf '\\n%s%d\\n' {self._marker.decode()} \"{status}\"; PS1= PS2=; unset PROMPT_COMMAND"
-        self._shell.send(("\n".join([*lines, tail]) + "\n").encode())
+        """Send `lines`; the last one also reports `status` after a fresh marker.
+
+        The marker is new for every command and travels on the same line as the command's
+        `eval`: bash reads that whole line before it runs any of it, so nothing is left in
+        the terminal's input for the command to read, and a marker seen earlier (`set -x`
+        traces the report) is worthless. Only `\\n<marker><digits>\\n` ends a command."""
+        self._marker = f"__skyrl_{secrets.token_hex(12)}__".encode()
+        self._marker_re = re.compile(re.escape(b"\n" + self._marker) + rb"(\d{1,10})\n")
+        report = (
+            f'__skyrl_status="{status}"; {{ set +xv; }} 2>/dev/null; PS1= PS2=; '
+            f"unset PROMPT_COMMAND; printf '\\n%s%d\\n' {self._marker.decode()} "
+            '"$__skyrl_status"'
+        )
+        *head, last = lines
+        self._shell.send(("\n".join([*head, f"{last}; {report}"]) + "\n").encode())
 
     def _collect(self, deadline: float, out: _Output) -> tuple[int | None, bool, bool]:
-        """Read until the sentinel: (status or None, timed out, flooded); output goes to out."""
-        fd, marker, pending = self._shell.child_fd, self._marker, b""
-        keep = len(marker) + 24
+        """Read until the marker: (status or None, timed out, flooded); output goes to out."""
+        fd, pending = self._shell.child_fd, b""
+        keep = len(self._marker) + 16
         poller = select.poll()  # not select(): a trainer may hold over 1024 descriptors
         poller.register(fd, select.POLLIN)
         while True:
-            start = pending.find(b"\n" + marker)
-            if start >= 0:
-                end = pending.find(b"\n", start + 1 + len(marker))
-                if end >= 0:
-                    out.add(pending[:start])
-                    with contextlib.suppress(ValueError):
-                        return int(pending[start + 1 + len(marker) : end]), False, False
-                    return None, False, False
-            elif len(pending) > keep:
+            found = self._marker_re.search(pending)
+            if found is not None:
+                out.add(pending[: found.start()])
+                return int(found.group(1)), False, False
+            if len(pending) > keep:
                 out.add(pending[:-keep])
                 pending = pending[-keep:]
             if out.total > FLOOD_BYTES:

@@ -6,6 +6,7 @@ weaker fallback cannot promise isolation, so the isolation tests skip there.
 
 from __future__ import annotations
 
+import re
 import resource
 import secrets
 import socket
@@ -196,6 +197,40 @@ def test_printing_a_gigabyte_is_cut_quickly_in_bounded_memory(task, printer):
     assert len(obs) < env.limits.output_bytes + 1000
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 100_000
     assert act(env, "echo ok").startswith("ok\n")
+    env.close()
+
+
+# ---------------------------------------------------------------------------- the completion marker
+
+
+@pytest.mark.parametrize(
+    "steal",
+    [
+        'read -t 1 -r line <&2; eval "$line"',  # the queued sentinel, read from the terminal
+        'read -t 1 -r line </dev/tty; eval "$line"',
+        'line=$(timeout 1 head -n 1 <&2); eval "$line"',
+    ],
+)
+def test_a_command_cannot_read_the_marker_and_end_itself_early(task, steal):
+    env = start(task, timeout_s=5.0)
+    obs = act(env, f"{steal}; sleep 1; echo LATE-OUTPUT; (exit 3)").split("\nTurns left:")[0]
+    assert "LATE-OUTPUT" in obs and obs.endswith("[exit code: 3]"), obs
+    obs = act(env, "echo next")
+    assert obs.startswith("next\n[exit code: 0]") and "LATE" not in obs, obs
+    env.close()
+
+
+def test_xtrace_does_not_give_away_a_marker_that_works(task):
+    env = start(task, timeout_s=5.0)
+    traced = act(env, "set -x; echo traced")
+    assert "traced" in traced
+    act(env, "set +x")
+    seen = set(re.findall(r"__skyrl_[0-9a-f]+__", traced)) or {"__skyrl_none__"}
+    forge = "; ".join(f"printf '\\n%s%d\\n' {m} 7" for m in sorted(seen))
+    obs = act(env, f"{forge}; sleep 1; echo LATE-OUTPUT").split("\nTurns left:")[0]
+    assert "LATE-OUTPUT" in obs and obs.endswith("[exit code: 0]"), obs
+    obs = act(env, "echo next")
+    assert obs.startswith("next\n[exit code: 0]") and "LATE" not in obs, obs
     env.close()
 
 
