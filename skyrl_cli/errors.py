@@ -9,5 +9,7 @@ import typer
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
+    from tui.reader import terminal_safe  # messages may quote episode or task text
+
+    print(f"error: {terminal_safe(message)}", file=sys.stderr)
     raise typer.Exit(code)

@@ -42,6 +42,7 @@ def runs(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None)
     # the id is what users copy into --resume and watch: never shorten it
@@ -57,15 +58,15 @@ def runs(
     }
     for r in rows:
         reward = "-" if r["last_reward"] is None else f"{r['last_reward']:+.3f}"
-        state = f"[{colors.get(r['state'], 'white')}]{r['state']}[/]"
+        # Text, not markup: a run's fields are data ("[link=...]" would become a hyperlink).
         table.add_row(
-            r["id"],
-            r["env"],
-            r["model"],
-            state,
+            Text(r["id"]),
+            Text(r["env"]),
+            Text(r["model"]),
+            Text(r["state"], style=colors.get(r["state"], "white")),
             f"{r['step']}/{r['max_steps'] or '?'}",
             reward,
-            r["last_eval"] or "-",
+            Text(r["last_eval"] or "-"),
         )
     # piped (scripts, CI logs): never truncate; a terminal gets a table that fits it
     Console(width=None if sys.stdout.isatty() else 1000).print(table)

@@ -20,7 +20,14 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from tui.chart import LineChart
-from tui.reader import RunReader, eval_line, last_assistant_text, list_runs, read_evals
+from tui.reader import (
+    RunReader,
+    eval_line,
+    last_assistant_text,
+    list_runs,
+    read_evals,
+    terminal_safe,
+)
 from tui.summary import fmt, fmt_duration, shorten
 from tui.trajectory import TrajectoryScreen
 
@@ -252,7 +259,7 @@ class RunScreen(Screen[None]):
         m = r.last_metrics
         state = r.state
         text = Text.assemble(
-            (r.path.name, "bold"),
+            (terminal_safe(r.path.name), "bold"),
             "  ",
             styled_state(state),
             f"  step {r.step}/{r.max_steps or '?'}",

@@ -4,6 +4,10 @@ The watch UI and `skyrl watch --once` read runs only through this module. It imp
 nothing of skyrl's: the format document is the contract, so a run written by any version
 of the trainer (or by hand, in a test) reads the same.
 
+Every string read from a run passes through `terminal_safe`: episode text, errors and names
+are attacker-controlled, and a raw ESC in them would drive the user's terminal (OSC 52
+writes the clipboard, OSC 0 the title, CSI moves the cursor).
+
 `RunReader.refresh()` is incremental: `metrics.jsonl` is tailed from a remembered byte
 offset and only `rollouts/step-*.jsonl` files not seen before are parsed, so polling it
 once a second costs a `stat` or two when nothing changed.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -28,6 +33,28 @@ KEEP_ROLLOUTS = 2000
 
 _HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs")
 """Per-token arrays the UI never shows; dropped after parsing to keep memory flat."""
+
+
+# C0 controls but newline and tab, DEL, C1 controls, bidi overrides/isolates, lone surrogates.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character written out as an escape (`\\x1b`, `\\u202e`), so
+    that printing it shows what was there and never drives the terminal. The one copy: the
+    reader applies it to all it reads, and the CLI to run names and error messages."""
+    return _UNSAFE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def _safe(value: Any) -> Any:
+    """`terminal_safe` applied to every string (keys included) of parsed JSON or YAML."""
+    if isinstance(value, str):
+        return terminal_safe(value)
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    return value
 
 
 def run_state(status: dict[str, Any]) -> str:
@@ -60,7 +87,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _safe(data) if isinstance(data, dict) else {}
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -70,7 +97,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _safe(data) if isinstance(data, dict) else {}
 
 
 def is_run_dir(path: Path) -> bool:
@@ -102,7 +129,7 @@ def read_evals(path: Path) -> list[dict[str, Any]]:
     for f in (path / "eval").glob("*.json"):
         rec = _read_json(f)
         if isinstance(rec.get("accuracy"), int | float):
-            out.append({**rec, "name": f.stem, "_mtime": _mtime(f) or 0.0})
+            out.append({**rec, "name": terminal_safe(f.stem), "_mtime": _mtime(f) or 0.0})
     out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else -1, r["_mtime"]))
     return out
 
@@ -122,7 +149,7 @@ def summarize(path: Path) -> RunSummary:
     cfg = _read_yaml(path / "config.yaml")
     max_steps = status.get("max_steps", (cfg.get("trainer") or {}).get("max_steps"))
     return RunSummary(
-        id=path.name,
+        id=terminal_safe(path.name),
         path=path,
         env=str(status.get("env") or (cfg.get("env") or {}).get("name") or "?"),
         model=str(status.get("model") or (cfg.get("model") or {}).get("name") or "?"),
@@ -285,7 +312,7 @@ class RunReader:
                 continue  # the torn tail of a killed writer, completed by a later newline
             if not isinstance(rec, dict):
                 continue
-            self._add_metric(rec)
+            self._add_metric(_safe(rec))
             changed = True
         return changed
 
@@ -346,5 +373,5 @@ def _read_rollouts(path: Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             for key in _HEAVY_KEYS:
                 rec.pop(key, None)
-            out.append(rec)
+            out.append(_safe(rec))
     return out

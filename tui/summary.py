@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tui.reader import RunReader, eval_line, last_assistant_text, read_evals
+from tui.reader import RunReader, eval_line, last_assistant_text, read_evals, terminal_safe
 
 
 def shorten(text: str, width: int) -> str:
@@ -43,7 +43,7 @@ def summary_text(reader: RunReader, width: int = 80) -> str:
     status = reader.status
     max_steps = reader.max_steps
     lines = [
-        f"run      {reader.path.name}",
+        f"run      {terminal_safe(reader.path.name)}",
         f"env      {status.get('env') or (reader.config.get('env') or {}).get('name', '?')}"
         f"   model {status.get('model') or (reader.config.get('model') or {}).get('name', '?')}",
         f"state    {reader.state}   step {reader.step}/{max_steps if max_steps else '?'}"
