@@ -2,9 +2,10 @@
 
 With bubblewrap (`/usr/bin/bwrap`) every command runs in fresh namespaces (no network, so
 no abstract unix sockets of the host either; own PID namespace, no nested user namespaces),
-sees the host's system read-only, gets private, empty, size-capped tmpfs dirs over `/tmp`,
-`/dev/shm`, `/root`, `/home`, `/run`, `/var/tmp` (and `$HOME`), so the host's unix sockets
-there cannot be reached, and one writable dir, the work dir, at `/work`. Without bubblewrap
+sees only the host's system dirs (`SYSTEM_DIRS`: /usr, /etc, /opt...) read-only, gets
+private, empty, size-capped tmpfs dirs at `/tmp`, `/dev/shm`, `/root`, `/home`, `/run`,
+`/var/tmp`, and one writable dir, the work dir, at `/work`. The host's unix sockets (in
+/run, /var, homes...) are not in that view, so none can be connected to. Without bubblewrap
 a plainly announced fallback runs commands in the work dir with the same rlimits and
 process-group kills, but sees (and may write) whatever the uid may.
 
@@ -59,9 +60,23 @@ UID_RANGE = range(60000, 64000)
 BACKEND_ENV = "SKYRL_SANDBOX_BACKEND"
 """Set to `fallback` to force the weaker backend (tests), or `bwrap` to require bubblewrap."""
 INNER_WORKDIR = "/work"
-HIDDEN_DIRS = ("/tmp", "/dev/shm", "/root", "/home", "/run", "/var/run", "/var/tmp", "/var/lock")
-"""Host dirs replaced by an empty tmpfs under bwrap: they hold the host's unix sockets
-(a sandbox uid may connect to a world-writable one), secrets and temp files."""
+SYSTEM_DIRS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+)
+"""The host dirs a bwrap sandbox sees (read-only; those that exist). Nothing else of the
+host is there: not its homes, `/var`, `/srv`, `/mnt`, nor the unix sockets that live there
+(a sandbox uid may connect to any world-writable one it can reach)."""
+HIDDEN_DIRS = ("/tmp", "/dev/shm", "/root", "/home", "/run", "/var/tmp", "/var/run", "/var/lock")
+"""Empty, size-capped tmpfs dirs under bwrap (a host symlink, /var/run -> /run, stays one)."""
 MIN_PROCESS_MB = 128
 """Without a memory cgroup, RLIMIT_NPROC is cut so each process still gets this much."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -135,6 +150,18 @@ def _bwrap_works(bwrap: str) -> bool:
     if probe.returncode != 0:
         log.warning("skyrl sandbox: %s does not work here: %s", bwrap, probe.stderr.strip())
     return probe.returncode == 0
+
+
+@functools.cache
+def _system_binds() -> tuple[str, ...]:
+    """bwrap arguments that show SYSTEM_DIRS read-only (a symlink, /bin -> usr/bin, as one)."""
+    args: list[str] = []
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    return tuple(args)
 
 
 def _warn_fallback(reason: str) -> None:
@@ -496,17 +523,20 @@ class Sandbox:
         if self.uid is not None:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
         if self.backend == "bwrap":
-            cmd += [BWRAP, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+            cmd += [BWRAP, *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
             size = ["--size", str(lim.disk_mb * mb)]
-            # fresh, size-capped tmpfs over every place host sockets and secrets live
-            hidden = [Path(p) for p in HIDDEN_DIRS if os.path.isdir(p) and not os.path.islink(p)]
+            # fresh, size-capped tmpfs for the usual writable places; a home inside a system
+            # dir (/opt/x) is hidden too
+            for folder in HIDDEN_DIRS:
+                if os.path.islink(folder):
+                    cmd += ["--symlink", os.readlink(folder), folder]
+                else:
+                    cmd += [*size, "--tmpfs", folder]
             home = os.environ.get("HOME", "")
             if home.startswith("/") and os.path.isdir(home):
                 home_dir = Path(home).resolve()
-                if home_dir != Path("/") and not any(home_dir.is_relative_to(p) for p in hidden):
-                    hidden.append(home_dir)  # a home elsewhere (/var/lib/x) is hidden too
-            for folder in hidden:
-                cmd += [*size, "--tmpfs", str(folder)]
+                if any(home_dir.is_relative_to(p) and home_dir != Path(p) for p in SYSTEM_DIRS):
+                    cmd += [*size, "--tmpfs", str(home_dir)]
             cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", INNER_WORKDIR]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -242,9 +243,12 @@ def shmem_mb() -> float:
 
 @pytest.fixture
 def host_sockets():
-    """Listeners on the host: world-writable sockets in /run and /var/tmp, an abstract one."""
+    """Listeners on the host: world-writable sockets in /run, /var/tmp and a folder of
+    /var/lib, and an abstract one."""
     servers, names = [], []
-    for folder in ("/run", "/var/tmp"):
+    var_lib = tempfile.mkdtemp(prefix="skyrl-test-", dir="/var/lib")
+    os.chmod(var_lib, 0o755)
+    for folder in ("/run", "/var/tmp", var_lib):
         path = f"{folder}/skyrl-test-{uuid.uuid4().hex[:12]}.sock"
         server = socket.socket(socket.AF_UNIX)
         server.bind(path)
@@ -265,8 +269,10 @@ def host_sockets():
         server.close()
         if isinstance(name, str) and name.startswith("/"):
             os.unlink(name)
+    os.rmdir(var_lib)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="listeners in /run and /var/lib need root")
 def test_host_unix_sockets_are_unreachable(env: PythonEnv, host_sockets: list):
     code = f"""import socket
 reached = []

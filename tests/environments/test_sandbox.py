@@ -215,10 +215,13 @@ def test_fallback_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.Log
 
 
 @needs_bwrap
+@pytest.mark.skipif(not ROOT, reason="listeners in /run and /var/lib need root")
 def test_bwrap_cannot_reach_host_unix_sockets():
-    """World-writable listeners in /run and /var/tmp, and an abstract one: none is reachable."""
+    """World-writable listeners in /run, /var/tmp, /var/lib/x, an abstract one: none answers."""
     servers, names = [], []
-    for folder in ("/run", "/var/tmp"):
+    var_lib = tempfile.mkdtemp(prefix="skyrl-test-", dir="/var/lib")
+    os.chmod(var_lib, 0o755)
+    for folder in ("/run", "/var/tmp", var_lib):
         path = f"{folder}/skyrl-test-{os.getpid()}-{time.monotonic_ns()}.sock"
         server = socket.socket(socket.AF_UNIX)
         server.bind(path)
@@ -245,15 +248,16 @@ for name in {names!r}:
     try:
         with Sandbox(backend="bwrap") as box:
             result = box.run(["python3", "-c", probe])
-        assert result.stdout.count("blocked") == 3, result.stdout + result.stderr
+        assert result.stdout.count("blocked") == 4, result.stdout + result.stderr
         for server in servers:
             with pytest.raises(TimeoutError):
                 server.accept()
     finally:
         for server in servers:
             server.close()
-        for name in names[:2]:
+        for name in names[:3]:
             os.unlink(name)
+        os.rmdir(var_lib)
 
 
 @needs_bwrap
