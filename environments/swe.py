@@ -11,6 +11,10 @@ Action grammar, as in the shell environment:
     <bash>command</bash>   run it in the repository; the observation is its output and exit code
     <submit/>              end the episode: the patch is the `git diff` of everything changed
 
+The episode owns its checkout, `.git` included: the diff is taken on the host from a copy of
+its files alone (`tasks.swe.build.diff_tree`), never by running git on that `.git`, whose
+config, hooks and attributes the agent may have written.
+
 Reward: the harness (`environments.swe_harness.grade`) grades the patch on a fresh checkout
 as the official SWE-bench harness does: 1.0 when resolved (every FAIL_TO_PASS test passes,
 every PASS_TO_PASS test still does), else 0.0. Running out of turns grades the work as it
@@ -34,7 +38,8 @@ from environments.shell import ActionError, ShellEnv, parse_action
 from environments.spaces import TextSpace
 from environments.swe_harness import _checkout as checkout
 from environments.swe_harness import grade
-from tasks.swe.build import diff_against
+from tasks.swe.build import diff_tree
+from tasks.swe.checks import check_instance
 from tasks.task import Task
 
 __all__ = ["SWEEnv", "instance_task", "load_suite"]
@@ -119,6 +124,7 @@ class SWEEnv(gym.Env):
         self.action_space = TextSpace(MAX_ACTION_CHARS)
         self._shell: ShellEnv | None = None
         self._instance: dict[str, Any] | None = None
+        self._src: Path | None = None
         self._turns_left = 0
 
     def reset(
@@ -134,6 +140,10 @@ class SWEEnv(gym.Env):
         instance = task.metadata.get("instance")
         if not isinstance(instance, dict):
             raise ValueError(f"task {task.id!r} holds no SWE-bench instance in metadata.instance")
+        try:
+            check_instance(instance)
+        except ValueError as e:
+            raise ValueError(f"task {task.id!r} is refused: {e}") from None
         self.close()
         repos = self.repos_dir
         if repos is None:
@@ -167,7 +177,7 @@ class SWEEnv(gym.Env):
             obs, _ = self._shell.reset(options={"task": shell_task})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        self._instance, self._turns_left = instance, self.max_turns
+        self._instance, self._src, self._turns_left = instance, src, self.max_turns
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return f"{_without_turns(obs)}Turns left: {self._turns_left}", info
 
@@ -196,16 +206,19 @@ class SWEEnv(gym.Env):
         self, submitted: bool, body: str, error: str | None = None
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Take the diff, grade it with the harness, end the episode."""
-        assert self._shell is not None and self._instance is not None
+        assert self._shell is not None and self._instance is not None and self._src is not None
         instance, sandbox = self._instance, self._shell.sandbox
         patch: str = ""
         grade_error: str | None = None
         if sandbox is not None:
             sandbox.kill_all()  # nothing may write while we diff
+            scratch = Path(tempfile.mkdtemp(prefix="skyrl-swe-diff-"))
             try:
-                patch = diff_against(sandbox.workdir, str(instance["base_commit"]))
-            except RuntimeError as e:
+                patch = diff_tree(sandbox.workdir, str(instance["base_commit"]), self._src, scratch)
+            except (RuntimeError, OSError) as e:
                 grade_error = f"cannot take the diff: {e}"
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
         self.close()
         result = grade(instance, patch, repos_dir=self.repos_dir, timeout_s=self.test_timeout_s)
         grade_error = grade_error or result.error

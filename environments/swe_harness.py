@@ -7,15 +7,25 @@
 
 One grading, step by step (the official `run_instance` + eval script):
 
-1. A fresh work dir gets the repository at `base_commit`, fetched from
-   `repos_dir/<owner>__<name>` (a git clone or mirror) without any later commit.
-2. With an `agent`, the agent edits that checkout; its patch is the `git diff` of everything
-   it changed, and the checkout is reset. Grading then starts clean, as for a prediction.
+0. The instance is checked first (`tasks.swe.checks`): a commit id of hex digits, `owner/name`,
+   an id and version that are single path components, a `test_patch` (and model patch)
+   whose every path is relative, without `..`, outside `.git`. Otherwise it is refused with
+   a one-line `error` and nothing runs.
+1. With an `agent`, the agent edits a checkout of `base_commit` (fetched from
+   `repos_dir/<owner>__<name>` without any later commit); its patch is the diff of
+   everything it changed, taken by `tasks.swe.build.diff_tree` (its files copied out, its
+   `.git` never read). Grading then starts clean, as for a prediction.
+2. The graded checkout is a work tree without `.git`: its repository lives beside it
+   (`git/`, reading the source repository's objects), so nothing a patch writes in the tree
+   is ever git's config, hooks or index. Every host git call goes through
+   `tasks.swe.build.run_git` (no system, global or `$HOME` config, fsmonitor and hooks off).
 3. An empty patch is an `empty_patch` result; nothing runs (the official harness skips it).
 4. The model patch applies with `git apply --verbose`, then `git apply --verbose --reject`,
-   then `patch --batch --fuzz=5 -p1 -i`; the tree is reset between attempts.
-5. Test files the patch touched are reset to `base_commit` (deleted if new), and the
-   `test_patch` is applied.
+   then `patch --batch --fuzz=5 -p1 -i` (with no `PATH`: it can start no `ed` or `get`);
+   the tree is reset between attempts.
+5. Test files the patch touched are reset to `base_commit` (deleted if new; a symlink or
+   file where the path needs a directory is removed, never followed), and the `test_patch`
+   is applied.
 6. `pytest -rA` runs the test files of the `test_patch`, in `environments.sandbox`, with
    the instance's cached Python env (below; built before step 4, from the clean checkout);
    each test's status comes from the official pytest log parser.
@@ -30,12 +40,16 @@ interpreter; otherwise the current one. Either way it imports from a `site/` dir
 `PYTHONPATH`: the instance's Python environment, built once per (repo, version, interpreter
 version) under `tasks.cache.cache_dir() / "swe-envs"` (see `env_dir`) and reused by every
 later instance of that repo and version. It holds the requirements of the repository at
-`base_commit` (its `requirements.txt`, or the instance's `requirements` list), installed by
-`<that interpreter> -m pip install --target` (the current interpreter's pip, for the same
-Python version, when that one has none), then pytest's pure-Python packages copied from the
-current environment (unless the requirements brought their own pytest). pip runs with
-`--no-index` (offline: local paths and wheels only) unless `$SKYRL_SWE_PIP_INDEX` names an
-index URL to use. A failed install is that instance's `error` and is not cached. Each
+`base_commit` (its `requirements.txt`, a regular file, or the instance's `requirements`
+list), installed by `<that interpreter> -m pip install --target` (the current interpreter's
+pip, for the same Python version, when that one has none), then pytest's pure-Python
+packages copied from the current environment (unless the requirements brought their own
+pytest). Nothing is built on the host: a requirement is a package name (with extras,
+versions, markers, hashes) or the instance is refused (`tasks.swe.checks.safe_requirements`:
+no `.`, paths, URLs, VCS links or pip options), and pip takes wheels only
+(`--only-binary=:all:`), from `$SKYRL_SWE_PIP_FIND_LINKS` (a folder of wheels) and, when
+`$SKYRL_SWE_PIP_INDEX` names one, an index (else `--no-index`). A failed install is that
+instance's `error` and is not cached. Each
 sandbox gets the env as hard links in its work dir (`{inner_workdir}/site`), made after the
 sandbox hands the work dir to its uid, so they stay ours and read-only to sandboxed code;
 without a uid of its own the sandbox gets a plain copy instead. The repository itself is
@@ -63,7 +77,8 @@ from pathlib import Path
 from typing import Any
 
 from environments.sandbox import BACKEND_ENV, Limits, Sandbox, bwrap_available
-from tasks.swe.build import diff_against, git
+from tasks.swe.build import attach_objects, diff_tree, git, run_git
+from tasks.swe.checks import check_instance, check_patch, check_relpath, safe_requirements
 from tasks.swe.testrun import (
     TEST_ENV,
     TestStatus,
@@ -92,6 +107,8 @@ PYTEST_DISTRIBUTIONS = ("pytest", "pluggy", "iniconfig", "packaging")
 SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 PIP_INDEX_ENV = "SKYRL_SWE_PIP_INDEX"
 """An index URL for the env builds' pip; unset means `--no-index` (offline)."""
+PIP_FIND_LINKS_ENV = "SKYRL_SWE_PIP_FIND_LINKS"
+"""A folder of wheels (the user's) the env builds' pip may install from."""
 PIP_TIMEOUT_S = 1800.0
 """Wall-clock limit of one env build's `pip install`."""
 
@@ -122,7 +139,8 @@ class GradeResult:
     duration_s: float = 0.0
     """Wall-clock seconds of the grading (the agent's time excluded)."""
     workdir: Path | None = None
-    """With `keep_workdir=True`: the kept dir (`repo/` the graded checkout, the patches)."""
+    """With `keep_workdir=True`: the kept dir (`box/repo/` the graded checkout, `box/site/`
+    its Python env, `git/` its repository, the patches)."""
     python_env: str | None = None
     """"cached" or "built": where the instance's Python env (`env_dir`) came from; None when
     grading stopped before the tests needed one."""
@@ -165,33 +183,47 @@ def grade(
     """
     if (model_patch is None) == (agent is None):
         raise ValueError("grade() needs exactly one of model_patch and agent")
-    iid = str(instance["instance_id"])
+    iid = str(instance.get("instance_id"))
+    result = GradeResult(instance_id=iid, model_patch=model_patch or "")
+    try:
+        check_instance(instance)
+        check_patch(str(instance["test_patch"]), "the test_patch")
+        for rel in _directives(str(instance["test_patch"])):  # pytest's arguments, our unlinks
+            check_relpath(rel, "the test_patch", argument=True)
+    except (ValueError, KeyError) as e:
+        result.error = f"the instance is refused: {e}"
+        return result
     if repos_dir is None:
         from tasks.swe import suite_repos_dir
 
         repos_dir = suite_repos_dir()
+    base = str(instance["base_commit"])
     root = Path(tempfile.mkdtemp(prefix="skyrl-swe-"))
-    work = root / "repo"
-    result = GradeResult(instance_id=iid, model_patch=model_patch or "")
+    root.chmod(0o711)  # the sandbox's uid must reach box/ inside it, and see nothing else
     log: list[str] = []
     try:
         src = Path(repos_dir) / str(instance["repo"]).replace("/", "__")
         if not (src / ".git").exists() and not (src / "HEAD").exists():
             result.error = f"no repository {src.name} under {repos_dir}"
             return result
-        _checkout(src, str(instance["base_commit"]), work)
         if agent is not None:
+            _checkout(src, base, root / "agent")
             try:
-                agent(work, instance)
+                agent(root / "agent", instance)
             except Exception as e:  # an agent crash is a result, not our crash
                 result.error = f"the agent raised {type(e).__name__}: {e}"
                 return result
-            result.model_patch = diff_against(work, str(instance["base_commit"]))
-            _reset(work)
+            result.model_patch = diff_tree(root / "agent", base, src, root / "diff")
         start = time.monotonic()
         if not result.model_patch.strip():
             result.empty_patch = True  # nothing runs, as upstream: no env is needed
         else:
+            try:
+                check_patch(result.model_patch, "the model patch")
+            except ValueError as e:
+                result.error = f"the model patch is refused: {e}"
+                return result
+            work = _Checkout(src, base, root)
             env = _prepare_env(instance, work, root, result, log, sandboxed)
             if env is not None:
                 _grade_checkout(instance, work, root, env, result, log, timeout_s, sandboxed)
@@ -207,9 +239,31 @@ def grade(
     return result
 
 
+class _Checkout:
+    """The graded checkout: files in `root/box/repo` (what the sandbox sees), the repository
+    in `root/git` (ours; it reads the source repository's objects). No `.git` is in the
+    tree, so whatever a patch writes there is a file, never git's config or hooks."""
+
+    def __init__(self, src: Path, base: str, root: Path) -> None:
+        self.git_dir, self.tree, self.base = root / "git", root / "box" / "repo", base
+        attach_objects(self.git_dir, src)
+        self.tree.mkdir(parents=True)
+        self.git("checkout", "-q", "-f", "--detach", base, "--")
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_git(self.tree, *args, git_dir=self.git_dir, work_tree=self.tree, timeout=600)
+
+    def git(self, *args: str) -> str:
+        return git(self.tree, *args, git_dir=self.git_dir, work_tree=self.tree)
+
+    def reset(self) -> None:
+        self.git("reset", "-q", "--hard", "HEAD", "--")
+        self.git("clean", "-q", "-ffdx")
+
+
 def _grade_checkout(
     instance: dict[str, Any],
-    work: Path,
+    work: _Checkout,
     root: Path,
     env: Path,
     result: GradeResult,
@@ -218,7 +272,7 @@ def _grade_checkout(
     sandboxed: bool,
 ) -> None:
     """Steps 4-7 of the module docstring (a non-empty patch), filling `result` in place."""
-    base = str(instance["base_commit"])
+    base = work.base
     model_file = root / "model.patch"
     model_file.write_text(result.model_patch, encoding="utf-8")
     if not _apply(work, model_file, log):
@@ -227,20 +281,19 @@ def _grade_checkout(
     result.patch_applied = True
     test_files = _directives(str(instance["test_patch"]))
     for rel in test_files:  # the official eval script: git checkout <base> <test files>
-        if _cmd(["git", "cat-file", "-e", f"{base}:{rel}"], work).returncode == 0:
-            git(work, "checkout", base, "--", rel)
-        elif (work / rel).exists():
-            (work / rel).unlink()
+        _remove_in_tree(work.tree, rel)
+        if work.run("cat-file", "-e", f"{base}:{rel}").returncode == 0:
+            work.git("checkout", base, "--", rel)
     test_file = root / "test.patch"
     test_file.write_text(str(instance["test_patch"]), encoding="utf-8")
-    proc = _cmd(["git", "apply", "--verbose", str(test_file)], work)
+    proc = work.run("apply", "--verbose", "--", str(test_file))
     log.append(
         f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
     )
     if proc.returncode != 0:
         result.error = "the test patch does not apply on top of the model patch"
         return
-    output, failure = _run_tests(root, test_files, timeout_s, sandboxed, env / "site")
+    output, failure = _run_tests(root / "box", test_files, timeout_s, sandboxed, env / "site")
     log.append(output)
     result.test_results = parse_log_pytest(output)
     if failure:
@@ -250,6 +303,24 @@ def _grade_checkout(
     result.resolved = all(
         not result.tests_status[key]["failure"] for key in ("FAIL_TO_PASS", "PASS_TO_PASS")
     )
+
+
+def _remove_in_tree(tree: Path, rel: str) -> None:
+    """Delete `tree/rel` (a checked relative path) without following a symlink: a symlink or
+    file where the path needs a directory is itself removed (as git would replace it)."""
+    here = tree
+    for name in rel.split("/")[:-1]:
+        here = here / name
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            here.unlink()
+            return
+        if not here.exists():
+            return
+    last = here / rel.split("/")[-1]
+    if last.is_symlink() or last.is_file():
+        last.unlink()
+    elif last.is_dir():
+        shutil.rmtree(last)
 
 
 def tests_status(instance: dict[str, Any], results: dict[str, str]) -> dict[str, Any]:
@@ -344,6 +415,7 @@ def env_dir(repo: str, version: str, python: str | None = None) -> Path:
     """
     from tasks.cache import cache_dir
 
+    check_instance({"repo": repo, "version": version, "instance_id": "x", "base_commit": "0" * 40})
     major, minor = _python_version(python or _system_python())
     name = f"{repo.replace('/', '__')}-{version}-py{major}{minor}"
     return cache_dir() / "swe-envs" / name
@@ -361,7 +433,7 @@ def ensure_env(
     """The env dir of (repo, version, python), built if missing; and whether it was built now.
 
     Its `site/` holds the `requirements` file's packages (`pip install --target`, run in
-    `cwd`, which relative paths in the file are read against) and pytest's. Built in a temp
+    `cwd`; the file is one `safe_requirements` checked: names only) and pytest's. Built in a temp
     dir next to it and renamed into place under a file lock, so parallel graders (threads or
     processes) build it once and never see half of it. Raises `EnvBuildError` (one line) when
     pip fails; nothing is cached then.
@@ -399,34 +471,38 @@ class EnvBuildError(RuntimeError):
 # ------------------------------------------------------------------------------ internals
 
 
-def _cmd(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        argv, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
-    )
-
-
 def _checkout(src: Path, base: str, work: Path) -> None:
-    """`base` and its history only: later commits (where fixes live) never reach the agent."""
+    """A checkout of `base` with its `.git`, for an agent: `base` and its history only, so
+    later commits (where fixes live) never reach it. `base` is a checked commit id."""
     work.mkdir()
     git(work, "init", "-q")
-    git(work, "fetch", "-q", "--no-tags", str(src.resolve()), base)
-    git(work, "checkout", "-q", "--detach", base)
+    git(work, "fetch", "-q", "--no-tags", "--", str(src.resolve()), base)
+    git(work, "checkout", "-q", "--detach", base, "--")
 
 
-def _reset(work: Path) -> None:
-    git(work, "reset", "-q", "--hard", "HEAD")
-    git(work, "clean", "-q", "-fdx")
-
-
-def _apply(work: Path, patch_file: Path, log: list[str]) -> bool:
+def _apply(work: _Checkout, patch_file: Path, log: list[str]) -> bool:
+    """The model patch by the official ways in turn; `patch` runs by its full path with an
+    empty environment (no `PATH`: it can start no `ed`, `get` or `co` from a patch)."""
     for argv in APPLY_CMDS:
-        proc = _cmd([*argv, str(patch_file)], work)
+        if argv[0] == "git":
+            proc = work.run(*argv[1:], "--", str(patch_file))
+        else:
+            exe = shutil.which(argv[0])
+            if exe is None:
+                log.append(f"$ {' '.join(argv)} model.patch  (not installed)")
+                continue
+            proc = subprocess.run(
+                [exe, *argv[1:], str(patch_file)],
+                cwd=work.tree, env={"PATH": "/nonexistent", "LC_ALL": "C"},
+                capture_output=True, text=True, errors="replace", timeout=120,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
         log.append(
             f"$ {' '.join(argv)} model.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
         )
         if proc.returncode == 0:
             return True
-        _reset(work)
+        work.reset()
     return False
 
 
@@ -471,49 +547,61 @@ def _has_pip(python: str) -> bool:
     return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
 
 
+MAX_REQUIREMENTS_BYTES = 1 << 20
+
+
 def _requirements(instance: dict[str, Any], work: Path, root: Path) -> Path | None:
-    """The instance's `requirements` list (written out), else the checkout's file, else None."""
+    """The instance's `requirements` list, else the checkout's `requirements.txt` (a regular
+    file), checked by `safe_requirements` and written to `root` (pip reads only our copy);
+    None when there is neither. EnvBuildError (one line) for a refused line."""
     listed = instance.get("requirements")
+    what = "the instance's requirements"
     if isinstance(listed, str):
         listed = listed.splitlines()
-    if listed:
-        path = root / "requirements.txt"
-        path.write_text("".join(f"{line}\n" for line in listed), encoding="utf-8")
-        return path
-    path = work / "requirements.txt"
-    return path if path.is_file() else None
+    if not listed:
+        path, what = work / "requirements.txt", "requirements.txt"
+        if path.is_symlink():
+            raise EnvBuildError("requirements.txt is a symlink; a regular file is expected")
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            listed = f.read(MAX_REQUIREMENTS_BYTES).decode("utf-8", "replace").splitlines()
+    try:
+        lines = safe_requirements([str(line) for line in listed], what)
+    except ValueError as e:
+        raise EnvBuildError(str(e)) from None
+    out = root / "requirements.txt"
+    out.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return out
 
 
 def _prepare_env(
     instance: dict[str, Any],
-    work: Path,
+    work: _Checkout,
     root: Path,
     result: GradeResult,
     log: list[str],
     sandboxed: bool,
 ) -> Path | None:
-    """Step 4's prelude: the instance's cached Python env, built from the clean checkout at
-    `base_commit` if missing (so a model patch never changes what lands in the cache); None
-    with `result.error` set when it cannot be built."""
+    """Step 4's prelude: the instance's cached Python env, built from the requirements of
+    the clean checkout at `base_commit` if missing (so a model patch never changes what
+    lands in the cache); None with `result.error` set when it cannot be built. pip runs in
+    `root`, never in the checkout: nothing of the repository is built."""
     repo, version = str(instance["repo"]), str(instance.get("version") or "none")
     start = time.monotonic()
-    built = True  # until known: pip may have left files in the checkout
     try:
         env, built = ensure_env(
             repo,
             version,
-            _requirements(instance, work, root),
+            _requirements(instance, work.tree, root),
             python=_expected_python(sandboxed),
-            cwd=work,
+            cwd=root,
             log=log,
         )
     except EnvBuildError as e:
         log.append(f"python env: failed: {e}")
         result.error = f"the Python env of {repo} {version} could not be built: {e}"
         return None
-    finally:
-        if built:
-            _reset(work)  # whatever pip left in the checkout (build dirs, egg-info)
     result.python_env = "built" if built else "cached"
     took = f" in {time.monotonic() - start:.1f} s" if built else ""
     log.append(f"python env: {result.python_env} {env}{took}")
@@ -563,9 +651,11 @@ def _pip_install(site: Path, requirements: Path, python: str, cwd: Path, log: li
     argv += ["--no-input", "--disable-pip-version-check", "--no-warn-script-location"]
     index = os.environ.get(PIP_INDEX_ENV)
     argv += ["--index-url", index] if index else ["--no-index"]
+    wheels = os.environ.get(PIP_FIND_LINKS_ENV)
+    argv += ["--find-links", wheels] if wheels else []
+    argv += ["--only-binary=:all:"]  # a wheel installs by unpacking; an sdist runs its build
     if _python_version(pip_python) != _python_version(python):
         argv += ["--python-version", "{}.{}".format(*_python_version(python))]
-        argv += ["--only-binary=:all:"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     try:
         proc = subprocess.run(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -134,16 +133,18 @@ def ensure_repo(repos_dir: Path, repo: str) -> str | None:
 
 
 def _ensure_repo(repos_dir: Path, repo: str) -> str | None:
+    from tasks.swe.build import run_git
+    from tasks.swe.checks import COMPONENT
+
+    if len(repo.split("/")) != 2 or not all(COMPONENT.fullmatch(p) for p in repo.split("/")):
+        return f"the repo {repo!r} is not owner/name"
     dest = repos_dir / repo.replace("/", "__")
     if (dest / ".git").exists() or (dest / "HEAD").exists():
         return None
     if repo.startswith("skyrl-mini/") or not _reachable("github.com"):
         return f"no repository {dest.name} under {repos_dir}, and it cannot be cloned from here"
     repos_dir.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(
-        ["git", "clone", "-q", f"https://github.com/{repo}.git", str(dest)],
-        capture_output=True, text=True, timeout=1800, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
-    )  # fmt: skip
+    proc = run_git(repos_dir, "clone", "-q", "--", f"https://github.com/{repo}.git", str(dest))
     if proc.returncode != 0:
         return f"cloning {repo} failed: {proc.stderr.strip()[-300:]}"
     return None
@@ -245,7 +246,12 @@ class Recorder:
 
 def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | None = None) -> None:
     """Write `logs/<id>/`: patch.diff, test_output.txt, trajectory.json, then result.json last
-    (its presence marks the instance finished)."""
+    (its presence marks the instance finished). ValueError for an id that is not one plain
+    path component (it would name a folder outside `logs/`)."""
+    from tasks.swe.checks import COMPONENT
+
+    if not COMPONENT.fullmatch(result.instance_id):
+        raise ValueError(f"instance_id {result.instance_id!r} is not one plain path component")
     logs = out / "logs" / result.instance_id
     logs.mkdir(parents=True, exist_ok=True)
     (logs / "patch.diff").write_text(result.model_patch, encoding="utf-8")

@@ -9,7 +9,8 @@ The suite folder holds `instances.jsonl` (the official SWE-bench columns; FAIL_T
 PASS_TO_PASS JSON-encoded as upstream stores them) and `repos/skyrl-mini__<name>/`, one git
 repository per mini repo, the layout `environments.swe_harness` grades against.
 `load_instances` also reads any official-format JSONL or Parquet file and returns the test
-lists decoded.
+lists decoded, refusing a row whose `instance_id`, `repo`, `base_commit` or `version` is not
+a plain name or commit id (`tasks.swe.checks.check_instance`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from tasks.cache import cache_dir
 from tasks.swe.build import build_instances
+from tasks.swe.checks import check_instance
 from tasks.swe.source import fingerprint, load_all
 
 __all__ = ["SUITE_NAME", "VERSION", "build_suite", "load_instances", "suite_repos_dir"]
@@ -112,6 +114,10 @@ def _instance(row: Any, where: str) -> dict[str, Any]:
         out[key] = "" if value is None else str(value)
     for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
         out[key] = _test_list(row[key], where, key)
+    try:  # ids and commits reach git and the file system: refuse what is not plainly one
+        check_instance(out)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
     return out
 
 

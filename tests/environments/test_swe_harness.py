@@ -230,9 +230,10 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _wheel(dest: Path) -> Path:
-    """A tiny pure-Python wheel (`tinydep`, VALUE = 42): pip installs it with no index or
-    build backend."""
-    path = dest / "tinydep-1.0-py3-none-any.whl"
+    """A tiny pure-Python wheel (`tinydep`, VALUE = 42) in `dest/wheels`: pip installs it
+    with no index or build backend."""
+    (dest / "wheels").mkdir(exist_ok=True)
+    path = dest / "wheels" / "tinydep-1.0-py3-none-any.whl"
     files = {
         "tinydep/__init__.py": "VALUE = 42\n",
         "tinydep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n",
@@ -290,10 +291,11 @@ def test_requirements_are_installed_once_per_repo_and_version(
 ) -> None:
     monkeypatch.setenv("SKYRL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("SKYRL_SWE_PIP_INDEX", raising=False)
-    repos, inst = _dep_repo(tmp_path, f"{_wheel(tmp_path)}\n")
+    monkeypatch.setenv("SKYRL_SWE_PIP_FIND_LINKS", str(_wheel(tmp_path).parent))
+    repos, inst = _dep_repo(tmp_path, "tinydep==1.0  # the user's wheelhouse has it\n")
     first = grade(inst, inst["patch"], repos_dir=repos, sandboxed=sandboxed)
     assert first.resolved and first.python_env == "built", (first.error, first.log)
-    assert "--no-index" in first.log
+    assert "--no-index" in first.log and "--only-binary=:all:" in first.log
     built = [line for line in first.log.splitlines() if line.startswith("python env: ")]
     assert len(built) == 1 and built[0].startswith("python env: built ")
     env = Path(built[0].split()[3])
@@ -311,7 +313,7 @@ def test_requirements_are_installed_once_per_repo_and_version(
     assert second.resolved and second.python_env == "cached", (second.error, second.log)
     assert second.workdir is not None
     if sandboxed:  # the sandbox got the env in its work dir, as hard links when it has a uid
-        given = (second.workdir / "site/tinydep/__init__.py").stat()
+        given = (second.workdir / "box/site/tinydep/__init__.py").stat()
         cached = (env / "site/tinydep/__init__.py").stat()
         assert given.st_uid == os.getuid() and not given.st_mode & 0o022
         assert (given.st_ino == cached.st_ino) == (os.geteuid() == 0)
@@ -343,7 +345,8 @@ def test_an_uninstallable_requirement_is_an_instance_error(
     envs = tmp_path / "cache" / "swe-envs"
     assert [p.name for p in envs.iterdir() if not p.name.startswith(".")] == []  # not cached
     # the instance's own `requirements` list wins over the repository's file
-    listed = {**inst, "requirements": [str(_wheel(tmp_path))]}
+    monkeypatch.setenv("SKYRL_SWE_PIP_FIND_LINKS", str(_wheel(tmp_path).parent))
+    listed = {**inst, "requirements": ["tinydep"]}
     assert grade(listed, inst["patch"], repos_dir=repos).resolved
 
 
