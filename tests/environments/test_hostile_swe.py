@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -210,6 +211,37 @@ def test_a_model_patch_into_git_dir_is_refused(
         assert not canary.exists(), "the fallback `patch` wrote .git/ and host git ran it"
         assert not result.resolved and not result.patch_applied
         assert result.error is not None and ".git" in result.error and "\n" not in result.error
+
+
+def test_git_dir_writes_are_inert_even_past_the_patch_check(
+    calc: tuple[Path, dict[str, Any]], canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The class, not the instance: with the path check switched off, the `.git/` that
+    `patch --fuzz` writes in the graded tree is plain files, since that tree's repository
+    lives outside it; host git never reads them and the fix is still graded."""
+    import environments.swe_harness as harness
+
+    monkeypatch.setattr(harness, "check_patch", lambda text, what: [])
+    repos, inst = calc
+    files = {
+        ".git/config": f'[core]\n\tfsmonitor = "touch {canary}; false"\n\thooksPath = .git/h\n',
+        ".git/hooks/post-checkout": f"#!/bin/sh\ntouch {canary}\n",
+        ".git/h/post-checkout": f"#!/bin/sh\ntouch {canary}\n",
+        ".git/HEAD": "ref: refs/heads/main\n",
+    }
+    patch = "".join(
+        f"diff --git a/{rel} b/{rel}\nnew file mode 100755\n--- /dev/null\n+++ b/{rel}\n"
+        f"@@ -0,0 +1,{len(text.splitlines())} @@\n"
+        + "".join(f"+{line}\n" for line in text.splitlines())
+        for rel, text in files.items()
+    )
+    result = grade(inst, patch + inst["patch"], repos_dir=repos, keep_workdir=True)
+    assert result.workdir is not None
+    assert (result.workdir / "box/repo/.git/config").is_file()  # written, as plain data
+    shutil.rmtree(result.workdir)
+    assert "patch --batch --fuzz=5 -p1 -i model.patch  (exit 0)" in result.log, result.log
+    assert not canary.exists(), "host git read the .git/ a patch wrote"
+    assert result.resolved, (result.error, result.log)
 
 
 # ------------------------------------------------------ 2. option injection through fields
