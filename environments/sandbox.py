@@ -242,7 +242,7 @@ def _kill_uid(uid: int) -> None:
 # ---------------------------------------------------------------------------- quotas
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
-_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+_MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MNT_DETACH = 2, 4, 32, 2
 
 
 def _own_cgroup() -> tuple[Path, str] | None:
@@ -315,19 +315,19 @@ def _mount_tmpfs(path: Path, size_mb: int, uid: int) -> bool:
     flags = _MS_NOSUID | _MS_NODEV
     if _libc().mount(b"skyrl-sandbox", bytes(path), b"tmpfs", flags, opts) == 0:
         return True
-    log.info("skyrl sandbox: no tmpfs work dir (%s)", os.strerror(_libc_errno()))
+    log.info("skyrl sandbox: no tmpfs work dir (%s)", _errno_text())
     return False
 
 
-def _libc_errno() -> int:
+def _errno_text() -> str:
     import ctypes
 
-    return ctypes.get_errno()
+    return os.strerror(ctypes.get_errno())
 
 
 def _unmount(path: Path) -> None:
     if _libc().umount2(bytes(path), _MNT_DETACH) != 0:
-        log.warning("skyrl sandbox: could not unmount %s: %s", path, os.strerror(_libc_errno()))
+        log.warning("skyrl sandbox: could not unmount %s: %s", path, _errno_text())
 
 
 @dataclass
@@ -635,6 +635,15 @@ class Sandbox:
     def kill_all(self) -> None:
         """Kill every process started so far; the sandbox stays usable."""
         self._state.kill_all()
+
+    def grow_disk(self, extra_mb: int) -> None:
+        """Raise the work dir's cap by `extra_mb` (no-op where it is not capped): room for a
+        verifier after kill_all(), when the agent may have filled it."""
+        if self.disk_capped:
+            size = f"size={self.limits.disk_mb + extra_mb}m".encode()
+            flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV
+            if _libc().mount(b"skyrl-sandbox", bytes(self.workdir), b"tmpfs", flags, size) != 0:
+                log.warning("skyrl sandbox: could not grow %s: %s", self.workdir, _errno_text())
 
     def close(self) -> None:
         """kill_all, then remove the work dir (if the sandbox made it); idempotent."""

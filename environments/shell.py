@@ -65,6 +65,8 @@ FLOOD_BYTES = 1024 * 1024
 """A command that prints more than this is stopped (its output was cut long before)."""
 RECOVER_S = 2.0
 """After killing a command, how long the shell gets to report back before it is restarted."""
+VERIFIER_DISK_MB = 256
+"""Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
 CHUNK = 3000  # characters per input line: under the pty's 4095-byte canonical line limit
 GRAMMAR = "Use <bash>command</bash> to run a shell command or <submit/> when the task is done."
 SHELL_ENV = {"PS1": "", "PS2": "", "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
@@ -238,7 +240,14 @@ class ShellEnv(gym.Env):
         self._sandbox = sandbox = Sandbox(self.limits)
         files = folder / "environment" / "files"
         if files.is_dir():
-            shutil.copytree(files, sandbox.workdir, symlinks=True, dirs_exist_ok=True)
+            try:
+                shutil.copytree(files, sandbox.workdir, symlinks=True, dirs_exist_ok=True)
+            except OSError as e:  # shutil.Error too: most likely over Limits.disk_mb
+                self.close()
+                raise ValueError(
+                    f"task {task.id!r}: environment/files could not be copied into the "
+                    f"sandbox (work dir capped at {self.limits.disk_mb} MB): {str(e)[:300]}"
+                ) from None
             _chown_tree(sandbox.workdir, sandbox.uid)
         setup = folder / "environment" / "setup.sh"
         if setup.is_file():
@@ -319,10 +328,17 @@ class ShellEnv(gym.Env):
         assert sandbox is not None and task is not None
         sandbox.kill_all()
         self._shell = None
+        sandbox.grow_disk(VERIFIER_DISK_MB)  # the agent may have filled the work dir
         vdir = sandbox.workdir / f".skyrl-verifier-{secrets.token_hex(8)}"
-        shutil.copytree(Path(task.metadata["task_dir"]) / "tests", vdir / "tests", symlinks=True)
         logs = vdir / "logs" / "verifier"
-        logs.mkdir(parents=True)
+        try:
+            shutil.copytree(
+                Path(task.metadata["task_dir"]) / "tests", vdir / "tests", symlinks=True
+            )
+            logs.mkdir(parents=True)
+        except OSError as e:  # shutil.Error too
+            why = f"the tests could not be copied into the work dir ({str(e)[:300]})"
+            return None, {}, why, {"returncode": None, "timed_out": False, "output": ""}
         _chown_tree(vdir, sandbox.uid)
         inner = f"{sandbox.inner_workdir}/{vdir.name}"
         timeout = verifier_timeout(task)

@@ -200,6 +200,27 @@ def test_printing_a_gigabyte_is_cut_quickly_in_bounded_memory(task, printer):
     env.close()
 
 
+@isolated
+def test_filling_the_disk_is_an_error_and_grading_still_works(task):
+    env = start(task, timeout_s=20.0)
+    cap = getattr(env.limits, "disk_mb", 512)  # the default cap
+    fill = "for i in $(seq {n}); do head -c 60M /dev/zero > {folder}/big$i || break; done"
+    n = cap // 60 + 2
+    obs = act(env, fill.format(n=n, folder="."))
+    assert "No space left on device" in obs, obs
+    used = sum(f.stat().st_size for f in env.sandbox.workdir.iterdir() if f.is_file())
+    assert used <= cap * 2**20
+    act(env, "rm -f big*")
+    for folder in ("/tmp", "/dev/shm"):
+        obs = act(env, fill.format(n=n, folder=folder))
+        assert "No space left on device" in obs, obs
+        act(env, f"rm -f {folder}/big*")
+    act(env, fill.format(n=n, folder="."))
+    obs, reward, terminated, _, info = env.step("<submit/>")  # the verifier still gets room
+    assert terminated and info["reward_error"] is None and info["verifier"]["returncode"] == 0, obs
+    env.close()
+
+
 # ---------------------------------------------------------------------------- the completion marker
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -272,3 +274,49 @@ def test_bwrap_disk_is_capped_everywhere_it_can_write():
         result = box.run(["bash", "-c", "head -c 30M /dev/zero > /work/fits && echo ok"])
         assert result.stdout == "ok\n"
         assert (box.workdir / "fits").stat().st_size == 30 * 2**20
+
+
+CHILDREN = """import subprocess, sys
+child = "b = b'x' * (250 << 20); import time; time.sleep(1)"
+procs = [subprocess.Popen([sys.executable, '-c', child]) for _ in range(4)]
+print([p.wait() for p in procs])"""
+
+
+def peak_rss_mb(uid: int, stop: threading.Event, peak: list[float]) -> None:
+    while not stop.is_set():
+        total = 0
+        for pid in pids_of_uid(uid):
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        peak[0] = max(peak[0], total / 1024)
+        time.sleep(0.02)
+
+
+@pytest.mark.skipif(not ROOT, reason="a sandbox-wide limit needs a cgroup or a uid of its own")
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "nproc-x-as"])
+def test_memory_limit_holds_for_the_whole_sandbox(monkeypatch: pytest.MonkeyPatch, cgroup: bool):
+    """Four children of 250 MB each against memory_mb=512: together they stay under it."""
+    if not cgroup:  # as where /sys/fs/cgroup is read-only
+        monkeypatch.setattr(sandbox_mod, "_make_memory_cgroup", lambda name, limit: None)
+    with Sandbox(Limits(memory_mb=512, timeout_s=15)) as box:
+        assert box.uid is not None
+        if cgroup and box.memory_cgroup is None:
+            pytest.skip("no writable memory cgroup here")
+        if not cgroup:
+            cmd = box.argv(["true"])
+            nproc = int(next(a for a in cmd if a.startswith("--nproc=")).split("=")[1])
+            as_bytes = int(next(a for a in cmd if a.startswith("--as=")).split("=")[1])
+            assert nproc * as_bytes <= 512 * 2**20
+        stop, peak = threading.Event(), [0.0]
+        sampler = threading.Thread(target=peak_rss_mb, args=(box.uid, stop, peak))
+        sampler.start()
+        try:
+            result = box.run(["python3", "-c", CHILDREN])
+        finally:
+            stop.set()
+            sampler.join()
+    assert peak[0] <= 512 + 32, (peak[0], result)
+    # some child was killed (cgroup OOM) or could not start or allocate (rlimits)
+    assert result.stdout.strip() != "[0, 0, 0, 0]" and not result.timed_out, result
