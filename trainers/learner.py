@@ -134,16 +134,21 @@ class TorchLearner:
     # -- log-probs -----------------------------------------------------------------
 
     def _token_logprobs(
-        self, model: Any, batch: list[Sample], with_entropy: bool = False
+        self,
+        model: Any,
+        batch: list[Sample],
+        with_entropy: bool = False,
+        temperature: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Log-prob of each trained token: returns (logp_N, entropy_N, seq_index_N).
 
-        N = loss-carrying tokens of the micro-batch, flattened sequence by sequence.
+        N = loss-carrying tokens of the micro-batch, flattened sequence by sequence. The
+        temperature defaults to the sampler's (RL ratios must use the distribution the
+        engine sampled from); supervised steps pass 1.
         """
+        t = self.cfg.rollout.temperature if temperature is None else temperature
         hidden_N_H, targets_N, seq_N = self._loss_hidden(model, batch)
-        logits_N_V = (
-            model.get_output_embeddings()(hidden_N_H).float() / self.cfg.rollout.temperature
-        )
+        logits_N_V = model.get_output_embeddings()(hidden_N_H).float() / t
         logp_N_V = torch.log_softmax(logits_N_V, dim=-1)
         logp_N = logp_N_V.gather(-1, targets_N[:, None])[:, 0]
         entropy_N = entropy_from_logits(logits_N_V) if with_entropy else torch.zeros_like(logp_N)
@@ -518,7 +523,8 @@ class TorchLearner:
         self._sft_opt.zero_grad(set_to_none=True)
         total = 0.0
         for i in range(0, len(batch), size):
-            logp_N, _, _ = self._token_logprobs(self.model, batch[i : i + size])
+            # supervised learning is at temperature 1, whatever the sampler's temperature
+            logp_N, _, _ = self._token_logprobs(self.model, batch[i : i + size], temperature=1.0)
             loss = -logp_N.sum() / tokens
             loss.backward()
             total += loss.item()

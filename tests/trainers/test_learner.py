@@ -246,3 +246,23 @@ def test_sft_step_raises_the_demonstrations_likelihood_and_leaves_rl_fresh(tiny,
     assert not all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
     other.load_reference(tmp_path / "reference")
     assert all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
+
+
+def _direct_logprobs(model, s, temperature=1.0):
+    """Log-probs of a sample's loss tokens straight from the model's own forward."""
+    ids = torch.tensor([s.token_ids], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1].float() / temperature
+    lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+    return lp[torch.tensor(s.loss_mask[1:], dtype=torch.bool, device=lp.device)].cpu()
+
+
+def test_sft_loss_is_at_temperature_one_whatever_the_sampling_temperature(tiny):
+    cfg = build_config(
+        [{"model": {"name": "tiny"}, "rollout": {"temperature": 0.5}}], env_name="math"
+    )
+    learner = TorchLearner(tiny, cfg)
+    batch = _group()
+    nll = -torch.cat([_direct_logprobs(learner.model, s) for s in batch])
+    loss = learner.sft_step(batch, lr=1e-3)["sft_loss"]
+    assert loss == pytest.approx(float(nll.mean()), rel=1e-5)
