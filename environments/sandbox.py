@@ -290,6 +290,37 @@ def _make_memory_cgroup(name: str, limit_bytes: int) -> Path | None:
     return folder
 
 
+_PREFIX = "skyrl-sandbox-"
+"""Work dirs and cgroups are named `skyrl-sandbox-<pid of the owner>-...`."""
+
+
+def _dead_owner(name: str) -> bool:
+    """True for `skyrl-sandbox-<pid>-...` when no process <pid> lives (here)."""
+    pid = name.removeprefix(_PREFIX).split("-", 1)[0]
+    return name.startswith(_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+
+
+@functools.cache
+def _sweep_leftovers() -> None:
+    """Once per process: unmount the tmpfs work dirs, and remove the empty cgroups, of
+    sandboxes whose process died without close() (kill -9): their RAM stays taken else."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split(" - ", 1)
+            mount_point = fields[0].split()[4]
+            ours = len(fields) == 2 and fields[1].split()[:2] == ["tmpfs", "skyrl-sandbox"]
+            if ours and _dead_owner(os.path.basename(mount_point)):
+                _unmount(Path(mount_point))
+                shutil.rmtree(mount_point, ignore_errors=True)
+    own = _own_cgroup()
+    if own is not None:
+        with contextlib.suppress(OSError):
+            for folder in own[0].iterdir():
+                if folder.is_dir() and _dead_owner(folder.name):
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+
+
 def _remove_cgroup(folder: Path) -> None:
     for _ in range(200):  # the killed processes leave it within milliseconds
         try:
@@ -457,7 +488,10 @@ class Sandbox:
         uid, lock_fd = _claim_uid() if os.geteuid() == 0 else (None, None)
         self.uid = uid
         remove = workdir is None
-        path = Path(tempfile.mkdtemp(prefix="skyrl-sandbox-")) if workdir is None else workdir
+        if remove and uid is not None:
+            _sweep_leftovers()
+        prefix = f"{_PREFIX}{os.getpid()}-"
+        path = Path(tempfile.mkdtemp(prefix=prefix)) if workdir is None else workdir
         path = path.resolve()
         path.mkdir(parents=True, exist_ok=True)
         blocked = next(
@@ -479,7 +513,7 @@ class Sandbox:
         path.chmod(0o700)
         self.workdir = path
         self.inner_workdir = INNER_WORKDIR if self.backend == "bwrap" else str(path)
-        name = f"skyrl-sandbox-{os.getpid()}-{uid if uid is not None else path.name}"
+        name = f"{_PREFIX}{os.getpid()}-{uid if uid is not None else path.name}"
         self.memory_cgroup = _make_memory_cgroup(name, limits.memory_mb * 1024 * 1024)
         self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
         self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped

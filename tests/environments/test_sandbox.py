@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -320,3 +321,28 @@ def test_memory_limit_holds_for_the_whole_sandbox(monkeypatch: pytest.MonkeyPatc
     assert peak[0] <= 512 + 32, (peak[0], result)
     # some child was killed (cgroup OOM) or could not start or allocate (rlimits)
     assert result.stdout.strip() != "[0, 0, 0, 0]" and not result.timed_out, result
+
+
+@pytest.mark.skipif(not ROOT, reason="tmpfs work dirs and cgroups are made only as root")
+def test_a_killed_owner_leaves_nothing_behind_for_long(monkeypatch: pytest.MonkeyPatch):
+    """kill -9 of the process that owned a sandbox: the next process's first sandbox unmounts
+    its tmpfs work dir (RAM) and removes its cgroup."""
+    code = (
+        "import os, sys; from environments.sandbox import Sandbox\n"
+        "box = Sandbox(); box.run(['bash', '-c', 'head -c 5M /dev/zero > f'])\n"
+        "print(box.workdir, box.memory_cgroup, box.disk_capped, flush=True)\n"
+        "os.kill(os.getpid(), 9)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    workdir, cgroup, capped = out.stdout.split()
+    assert capped == "True" and Path(workdir).is_dir()
+    assert workdir in Path("/proc/self/mountinfo").read_text()
+    monkeypatch.setattr(sandbox_mod, "_sweep_leftovers", sandbox_mod._sweep_leftovers.__wrapped__)
+    with Sandbox():
+        pass
+    assert workdir not in Path("/proc/self/mountinfo").read_text()
+    assert not Path(workdir).exists()
+    assert cgroup == "None" or not Path(cgroup).exists()
