@@ -9,6 +9,7 @@ and after the gold patch, as the official dataset was made.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -53,7 +54,10 @@ _PASS_ENV = ("PATH", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "
 
 @functools.cache
 def _empty_home() -> str:
-    return tempfile.mkdtemp(prefix="skyrl-git-home-")
+    """`$HOME` for git: an empty dir of ours (no `.gitconfig`, no `.config/git/`)."""
+    home = tempfile.mkdtemp(prefix="skyrl-git-home-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -483,3 +483,36 @@ def test_an_instance_id_cannot_write_logs_outside_the_output(
     assert proc.returncode == 2, proc.stderr
     assert "instance_id" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "escaped").exists() and not list(tmp_path.rglob("result.json"))
+
+
+# --------------------------------------------------------- the patch path reader, directly
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "diff --git a/x b/.GIT/config",
+        'diff --git "a/x" "b/\\056git/config"',
+        "rename to ../outside",
+        "copy to /etc/x",
+        "Index: .git/config",
+        "+++ b/sub/.git/hooks/pre-commit\t2024-01-01",
+        "*** /etc/passwd",
+    ],
+)
+def test_every_header_form_is_checked(header: str) -> None:
+    from tasks.swe.checks import check_patch
+
+    with pytest.raises(ValueError, match="the model patch names the path"):
+        check_patch(f"{header}\n", "the model patch")
+
+
+def test_hunk_lines_that_look_like_headers_are_content() -> None:
+    """A removed line `-- see ../x` is `--- see ../x` in the patch: content, not a path."""
+    from tasks.swe.checks import check_patch
+
+    patch = (
+        "diff --git a/q.sql b/q.sql\n--- a/q.sql\n+++ b/q.sql\n@@ -1,3 +1,2 @@\n"
+        " select 1;\n--- see ../../etc/passwd\n+++ /abs/too\n-*** x\n"
+    )
+    assert check_patch(patch, "the model patch") == ["q.sql", "q.sql", "q.sql", "q.sql"]
