@@ -153,6 +153,20 @@ def _bwrap_works(bwrap: str) -> bool:
 
 
 @functools.cache
+def _bwrap_has_size(bwrap: str) -> bool:
+    """bwrap >= 0.7 caps a tmpfs (`--size`); older ones (Ubuntu 22.04's 0.6) leave the tmpfs
+    dirs uncapped (the memory cgroup, where there is one, still bounds them)."""
+    try:
+        text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if "--size" not in text.stdout + text.stderr:
+        log.warning("skyrl sandbox: %s has no --size; /tmp and /dev/shm are not capped", bwrap)
+        return False
+    return True
+
+
+@functools.cache
 def _system_binds() -> tuple[str, ...]:
     """bwrap arguments that show SYSTEM_DIRS read-only (a symlink, /bin -> usr/bin, as one)."""
     args: list[str] = []
@@ -558,7 +572,7 @@ class Sandbox:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
         if self.backend == "bwrap":
             cmd += [BWRAP, *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
-            size = ["--size", str(lim.disk_mb * mb)]
+            size = ["--size", str(lim.disk_mb * mb)] if _bwrap_has_size(BWRAP) else []
             # fresh, size-capped tmpfs for the usual writable places; a home inside a system
             # dir (/opt/x) is hidden too
             for folder in HIDDEN_DIRS:

@@ -264,6 +264,9 @@ for name in {names!r}:
 
 
 @needs_bwrap
+@pytest.mark.skipif(
+    not sandbox_mod._bwrap_has_size(sandbox_mod.BWRAP), reason="this bwrap has no --size (< 0.7)"
+)
 def test_bwrap_disk_is_capped_everywhere_it_can_write():
     limits = Limits(disk_mb=40, file_size_mb=64, timeout_s=20)  # type: ignore[call-arg]
     with Sandbox(limits, backend="bwrap") as box:
