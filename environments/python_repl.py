@@ -215,6 +215,7 @@ class PythonRepl:
         self.output_bytes = output_bytes
         self._proc: subprocess.Popen | None = None
         self._resp_fd = -1
+        self._oom_kills = 0
 
     @property
     def alive(self) -> bool:
@@ -272,6 +273,7 @@ class PythonRepl:
             dropped += max(0, len(data) - room)
 
         pending = memoryview(request or b"")
+        self._oom_kills = self.sandbox.oom_kills()
         deadline = time.monotonic() + timeout
         status: Literal["ok", "timeout", "crashed"] = "crashed"
         limit, oversized = max_response_bytes(self.output_bytes), 0
@@ -333,6 +335,8 @@ class PythonRepl:
             # bwrap reports a child killed by signal N as exit status 128 + N
             signum = -code if code and code < 0 else code - 128 if code and code > 128 else 0
             how = f"killed by signal {signum}" if signum else f"exit status {code}"
+            if signum == 9 and self.sandbox.oom_kills() > self._oom_kills:
+                how += f": the sandbox ran out of its {self.sandbox.limits.memory_mb} MB of memory"
             return ReplReply(
                 output, None, f"the Python process died ({how})", dropped > 0, "crashed"
             )

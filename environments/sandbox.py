@@ -684,6 +684,17 @@ class Sandbox:
         """Kill every process started so far; the sandbox stays usable."""
         self._state.kill_all()
 
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for going over `memory_mb` (0 without a cgroup)."""
+        if self.memory_cgroup is None:
+            return 0
+        for name in ("memory.events", "memory.oom_control"):  # v2, v1
+            with contextlib.suppress(OSError, ValueError):
+                for line in (self.memory_cgroup / name).read_text().splitlines():
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        return 0
+
     def grow_disk(self, extra_mb: int) -> None:
         """Raise the work dir's cap by `extra_mb` (no-op where it is not capped): room for a
         verifier after kill_all(), when the agent may have filled it."""

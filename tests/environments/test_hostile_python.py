@@ -327,6 +327,9 @@ procs = [subprocess.Popen([sys.executable, '-c', child]) for _ in range(4)]
     assert rss.peak <= env.limits.memory_mb + 64, (rss.peak, obs)
     assert "died" in obs or "-9" in obs, obs  # the kernel stopped some of them
     assert run(env, "print('alive')") == "alive"
+    if env.sandbox is not None and env.sandbox.memory_cgroup is not None:
+        obs = run(env, "parts = []\nwhile True:\n    parts.append(b'x' * (100 << 20))")
+        assert "ran out of its 1024 MB of memory" in obs or "MemoryError" in obs, obs
     env.close()
 
 

@@ -268,7 +268,7 @@ for name in {names!r}:
     not sandbox_mod._bwrap_has_size(sandbox_mod.BWRAP), reason="this bwrap has no --size (< 0.7)"
 )
 def test_bwrap_disk_is_capped_everywhere_it_can_write():
-    limits = Limits(disk_mb=40, file_size_mb=64, timeout_s=20)  # type: ignore[call-arg]
+    limits = Limits(disk_mb=40, file_size_mb=64, timeout_s=20)
     with Sandbox(limits, backend="bwrap") as box:
         for folder in ("/work", "/tmp", "/dev/shm"):
             script = f"head -c 60M /dev/zero > {folder}/big; echo rc=$?; rm -f {folder}/big"
