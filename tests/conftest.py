@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -28,8 +29,16 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def ray_address(tmp_path_factory):
-    """A real Ray head on loopback, shared by every test that trains (`--ray-address`)."""
+    """A real Ray head on loopback, shared by every test that trains (`--ray-address`).
+
+    Its servers listen on every interface whatever --node-ip-address says, so like the
+    trainer's private cluster it requires a token; the `skyrl` commands of the session
+    inherit it (RAY_AUTH_MODE/RAY_AUTH_TOKEN, as a user joining a secured cluster sets them).
+    """
     port = _free_port()
+    auth = pytest.MonkeyPatch()
+    auth.setenv("RAY_AUTH_MODE", "token")
+    auth.setenv("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
     tmp = tmp_path_factory.mktemp("ray")
     # A short temp dir: Ray's unix sockets fail on long paths.
     temp_dir = Path("/tmp") / f"skyrl-ray-{os.getpid()}"
@@ -79,6 +88,7 @@ def ray_address(tmp_path_factory):
             if pid.isdigit() and str(temp_dir).encode() in cmdline:
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), signal.SIGKILL)
+    auth.undo()
 
 
 def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: dict | None = None):

@@ -7,6 +7,7 @@ actors (and, later, DeepSpeed groups or vLLM servers on GPUs) is this module's b
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,29 @@ QUIET_ENV = {
 
 
 def start_ray(address: str | None) -> None:
-    """Join `address`, or start a private local cluster: loopback only, no dashboard."""
+    """Join `address`, or start a private local cluster (see `ray_init_kwargs`)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    if ray.is_initialized():
-        return
+    if not ray.is_initialized():
+        kwargs = ray_init_kwargs(address)
+        from ray._raylet import Config  # type: ignore[attr-defined]
+
+        Config.initialize("")  # Ray read RAY_AUTH_MODE when imported; as ray.init does, reread it
+        ray.init(**kwargs)
+
+
+def ray_init_kwargs(address: str | None) -> dict[str, Any]:
+    """ray.init's arguments; sets the authentication environment Ray reads at init.
+
+    The private cluster (no address) must take nothing from outside the machine. Ray 2.60's
+    servers (gcs, raylet, workers, agents) listen on every interface whatever
+    `_node_ip_address` says (measured), so it runs with Ray's token authentication: a
+    fresh random token in this process's environment, which the Ray processes it starts
+    inherit; nothing is written to disk. Joining a cluster with `--ray-address` is the
+    user's choice, with their cluster's authentication (RAY_AUTH_MODE/RAY_AUTH_TOKEN);
+    unset, it stays off there as before (docs/security.md).
+    """
     quiet: dict[str, Any] = {
         "log_to_driver": True,
         "logging_level": "WARNING",
@@ -36,14 +53,16 @@ def start_ray(address: str | None) -> None:
         "runtime_env": {"env_vars": QUIET_ENV},
     }
     if address:
-        ray.init(address=address, **quiet)
-    else:
-        ray.init(
-            include_dashboard=False,
-            num_cpus=os.cpu_count() or 1,
-            _node_ip_address="127.0.0.1",
-            **quiet,
-        )
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        return {"address": address, **quiet}
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
+    return {
+        "include_dashboard": False,
+        "num_cpus": os.cpu_count() or 1,
+        "_node_ip_address": "127.0.0.1",
+        **quiet,
+    }
 
 
 def _threads(cfg: RunConfig) -> int:
