@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,6 +88,9 @@ def train(
         typer.echo("\nUse one with: skyrl train --config NAME [--set KEY=VALUE ...]")
         return
 
+    from trainers import stopping
+
+    stopping.install()  # from here on a signal is a stop (exit 128+N), never a traceback
     try:
         cfg, run = _prepare(
             env,
@@ -102,7 +107,11 @@ def train(
         )
     except (ConfigError, ValueError) as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        raise typer.Exit(stopping.STOP.exit_code()) from None
     if watch:
+        run.release()  # the background child takes the run
+        stopping.uninstall()
         _train_in_background_and_watch(run, ray_address)
         return
     _run(cfg, run, resume is not None)
@@ -115,17 +124,15 @@ def _prepare(
     env, model, config, sets, tasks, max_steps, runs_dir, run_name, resume, seed, ray_address
 ) -> tuple[Any, Any]:
     from agents.models import PRESETS
-    from environments import registry
     from trainers.config import (
         ConfigError,
         build_config,
-        load_saved_config,
         parse_set,
         read_yaml,
         save_config,
     )
     from trainers.recipes import recipe_path, recipes
-    from trainers.rundir import RunDir, new_run_id
+    from trainers.rundir import RunDir, check_run_name, new_run_id, read_saved_config
 
     if resume is not None:
         changed = [
@@ -145,22 +152,21 @@ def _prepare(
                 f"--resume reuses the run's saved config, so {', '.join(changed)} cannot change; "
                 "only --max-steps and --ray-address can"
             )
-        if not (resume / "config.yaml").exists():
-            raise ConfigError(
-                f"{resume} is not a run directory (no config.yaml); pass a folder under runs/"
-            )
-        cfg = load_saved_config(resume / "config.yaml")
+        # Hold the run before reading it: two resumes of one run never both train. The
+        # saved config is read, never rewritten (changed steps/address live in status.json).
+        run = RunDir(resume)
+        run.check_resumable()
+        run.hold()
+        run.status = run.read_status()
+        cfg = read_saved_config(resume / "config.yaml")
+        _check_env(cfg)
+        saved_max = run.status.get("max_steps")
         if max_steps is not None:
             cfg.trainer.max_steps = max_steps
+        elif type(saved_max) is int and saved_max >= 1:
+            cfg.trainer.max_steps = saved_max  # a step count a previous resume extended to
         if ray_address is not None:
             cfg.ray.address = ray_address
-        run = RunDir(resume)
-        run.status = run.read_status()
-        if run.status.get("state") == "running" and _alive(run.status.get("pid")):
-            raise ConfigError(
-                f"run {resume} is still running (pid {run.status['pid']}); stop it first"
-            )
-        save_config(cfg, resume / "config.yaml")
         return cfg, run
 
     layers: list[dict[str, Any]] = []
@@ -193,7 +199,7 @@ def _prepare(
     cfg = build_config(layers, env_name=env)
 
     # Check names now, before minutes of setup, with the accepted values in the message.
-    registry.resolve(cfg.env.name, cfg.environments)
+    _check_env(cfg)
     name = cfg.model.name
     if name not in PRESETS and not Path(name).exists() and name.count("/") != 1:
         raise ConfigError(
@@ -202,11 +208,59 @@ def _prepare(
     if cfg.env.tasks and not (project_dir / cfg.env.tasks).exists():
         raise ConfigError(f"task file {cfg.env.tasks} does not exist")
 
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    if run_name is not None:
+        check_run_name(run_name)
     run = RunDir(runs_dir / new_run_id(run_name or cfg.env.name, runs_dir))
     run.create()
+    run.hold()
     save_config(cfg, run.path / "config.yaml")
     return cfg, run
+
+
+def _check_env(cfg: Any) -> None:
+    """The environment exists and takes env.kwargs: built once, here, not minutes later."""
+    from environments import registry
+    from trainers.config import ConfigError
+
+    spec = registry.resolve(cfg.env.name, cfg.environments)
+    project = Path(cfg.project_dir) if cfg.project_dir else None
+    cls: Any = registry.load_class(spec.entry, project)
+    check_env_kwargs(spec.entry, cls, cfg.env.kwargs)
+    try:
+        env = cls(max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+    except Exception as e:  # noqa: BLE001 - the constructor's own complaint, as one line
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ConfigError(f"env {cfg.env.name!r} refuses env.kwargs: {reason}") from None
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
+
+
+def check_env_kwargs(entry: str, cls: Any, kwargs: dict[str, Any]) -> None:
+    """env.kwargs keys must be named parameters of the environment's constructor (a
+    catch-all **kwargs does not count: built-ins take one and ignore what lands in it)."""
+    import inspect
+
+    from trainers.config import ConfigError
+
+    if "max_turns" in kwargs:
+        raise ConfigError("set env.max_turns, not env.kwargs.max_turns")
+    try:
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):
+        return  # no readable signature (a C extension): let the constructor judge
+    named = [
+        p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and p.name not in ("self", "max_turns")
+    ]
+    unknown = sorted(set(kwargs) - set(named))
+    if unknown:
+        raise ConfigError(
+            f"env.kwargs.{unknown[0]} is no parameter of {entry}; it takes: "
+            f"{', '.join(named) or 'none'}"
+        )
 
 
 def _train_in_background_and_watch(run: Any, ray_address: str | None) -> None:
@@ -232,34 +286,27 @@ def _train_in_background_and_watch(run: Any, ray_address: str | None) -> None:
     print(f"follow it with: skyrl watch {run.path}   stop it with: kill -INT {child.pid}")
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return pid != os.getpid()
-
-
 def _run(cfg: Any, run: Any, resume: bool) -> None:
-    from trainers import sync
+    from trainers import stopping, sync
     from trainers.config import ConfigError
 
+    stop = stopping.install()
     run.start_heartbeat()
     print(f"run directory: {run.path}", file=sys.stderr)
     try:
         summary = sync.main(cfg, run, resume=resume)
-    except KeyboardInterrupt:
-        run.set_status(state="stopped", error="interrupted")
-        print(f"\nstopped; continue with: skyrl train --resume {run.path}", file=sys.stderr)
-        raise typer.Exit(130) from None
+    except (KeyboardInterrupt, SystemExit) as e:
+        if isinstance(e, SystemExit):  # Ray's own SIGTERM handler, before ours was back
+            stopping.mark_signal(e.code if isinstance(e.code, int) and e.code > 0 else 15)
+        _stopped(run, stop)
     except (ConfigError, ValueError) as e:
         run.set_status(state="failed", error=str(e))
+        stopping.end_processes()
         fail(str(e))
     except Exception as e:  # noqa: BLE001 - the traceback goes to a file, the user gets one line
         (run.path / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
         run.set_status(state="failed", error=f"{type(e).__name__}: {e}")
+        stopping.end_processes()
         fail(
             f"training failed: {type(e).__name__}: {e} (traceback in {run.path / 'error.log'}; "
             f"resume with skyrl train --resume {run.path})",
@@ -268,6 +315,35 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     finally:
         run.stop_heartbeat()
     _print_summary(cfg, summary)
+
+
+def _stopped(run: Any, stop: Any) -> None:
+    """A signal stopped the run: record it, end every process it started, exit 128+N.
+
+    The exit is os._exit: Ray is already shut down, and the interpreter's own teardown
+    (non-daemon pool threads blocked on the engine, Ray's C++ threads) must not hang or
+    abort past the state just written. A watchdog bounds the whole of it.
+    """
+    import signal
+
+    from trainers import stopping
+
+    for signum in stopping.STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    code = stop.exit_code()
+    watchdog = threading.Timer(60.0, os._exit, (code,))
+    watchdog.daemon = True
+    watchdog.start()
+    run.stop_heartbeat()
+    with contextlib.suppress(OSError):  # a full disk must not keep the processes alive
+        run.set_status(state="stopped", error=f"stopped by {stop.name()}")
+    stopping.end_processes()
+    with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+        print(f"\nstopped; continue with: skyrl train --resume {run.path}", file=sys.stderr)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def _print_summary(cfg: Any, summary: dict[str, Any]) -> None:

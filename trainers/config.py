@@ -10,6 +10,7 @@ This module imports only pydantic and yaml: the CLI loads it at start-up.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,8 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 
 class _Section(BaseModel):
+    # allow_inf_nan=False: .inf or .nan in any float field is refused, not trained with
     model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, use_attribute_docstrings=True
+        extra="forbid", validate_assignment=True, use_attribute_docstrings=True, allow_inf_nan=False
     )
 
 
@@ -40,7 +42,21 @@ class EnvConfig(_Section):
     max_turns: int = Field(5, ge=1)
     """Model turns per episode before the environment truncates it."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra keyword arguments for the environment's constructor."""
+    """Extra keyword arguments for the environment's constructor (named parameters of it)."""
+
+    @model_validator(mode="after")
+    def _finite_kwargs(self) -> EnvConfig:
+        def walk(key: str, value: Any) -> None:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"kwargs.{key} is {value}; use a finite number")
+            if isinstance(value, dict | list):
+                pairs = value.items() if isinstance(value, dict) else enumerate(value)
+                for k, v in pairs:
+                    walk(f"{key}.{k}", v)
+
+        for k, v in self.kwargs.items():
+            walk(k, v)
+        return self
 
 
 class RolloutConfig(_Section):
@@ -60,6 +76,15 @@ class RolloutConfig(_Section):
     """Nucleus sampling mass (1.0 = off). The loss assumes the full distribution, so keep 1.0 for exact ratios."""
     env_workers: int = Field(4, ge=1)
     """Threads that step environments in parallel."""
+
+    @model_validator(mode="after")
+    def _budgets(self) -> RolloutConfig:
+        if self.max_new_tokens >= self.max_total_tokens:
+            raise ValueError(
+                f"max_new_tokens ({self.max_new_tokens}) must be below max_total_tokens "
+                f"({self.max_total_tokens}), which also holds the prompt"
+            )
+        return self
 
 
 AlgorithmName = Literal["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "gspo"]

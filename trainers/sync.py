@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -36,6 +34,7 @@ from agents.models import resolve_model
 from agents.trajectory import Trajectory
 from environments import registry
 from tasks.task import Task, load_tasks
+from trainers import stopping
 from trainers.algorithms import (
     dr_grpo_advantages,
     dynamic_sampling_keep,
@@ -43,6 +42,7 @@ from trainers.algorithms import (
     overlong_penalty,
     rloo_advantages,
 )
+from trainers.checkpoint import restore
 from trainers.config import RunConfig
 from trainers.evaluate import evaluate, is_correct
 from trainers.learner import Sample
@@ -111,6 +111,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}"
     )
     start_ray(cfg.ray.address)
+    stop = stopping.install(progress.note)  # again: ray.init replaced the SIGTERM handler
     learner, engine = place(cfg, model_path)
     from transformers import AutoTokenizer
 
@@ -127,20 +128,10 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
     # ------------------------------------------------------------- resume state
     done, version, tracker_run_id = 0, 0, None
-    ckpt = run.latest_checkpoint() if resume else None
+    # the newest checkpoint that is complete and loads strictly; broken newer ones are named
+    ckpt, state = restore(run, learner, engine, progress.note) if resume else (None, {})
     if ckpt is not None:
-        state = json.loads((ckpt / "trainer_state.json").read_text())
         done, version, tracker_run_id = state["step"], state["version"], state.get("tracker_run_id")
-        ray.get(
-            [
-                learner.load.remote(str(ckpt.resolve())),
-                engine.load.remote(str(ckpt.resolve() / "model"), version),
-            ]
-        )
-        rng = torch.load(ckpt / "rng.pt", weights_only=False)
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
         progress.note(f"resumed from {ckpt.name} (step {done})")
     elif resume:
         tracker_run_id = run.read_status().get("tracker_run_id")
@@ -242,18 +233,9 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         return trajs, kept[:want_groups]
 
     # ---------------------------------------------------------------- the loop
-    # Ctrl-C (or SIGTERM) finishes the current step and checkpoints it; a second one stops at
-    # once. A flag, not an exception: the main thread may be inside ray.get when it arrives.
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        progress.note("stopping after this step (Ctrl-C again to stop at once)...")
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # Ctrl-C (SIGTERM, SIGHUP) finishes the current step and checkpoints it; a second one
+    # stops at once. A flag, not an exception: the main thread may be inside ray.get.
+    stop.graceful = True
     progress.start(done)
     step_times: list[float] = []
     for step in range(done + 1, cfg.trainer.max_steps + 1):
@@ -330,6 +312,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             progress.close()
             tracker.close("KILLED")
             raise KeyboardInterrupt
+    stop.graceful = False  # from here (the final eval) a signal stops at once
     progress.close()
 
     # ------------------------------------------------------------------ finish
