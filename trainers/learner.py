@@ -2,9 +2,10 @@
 
 The loop hands it finished trajectories (token ids, loss mask, the episode's reward and, for
 the group estimators, one advantage per sequence) and gets metrics back; ppo and
-reinforce_pp build token-level advantages here, where the critic and the reference live. Log-probs are computed only at the positions that carry loss: the
-vocabulary projection is a large share of a small model's compute, and prompt and
-environment positions never need it.
+reinforce_pp build token-level advantages here, where the critic and the reference live.
+Log-probs come from the model's own forward (as the engine's do), kept only at positions that
+predict a trained token (`logits_to_keep`): the vocabulary projection is a large share of a
+small model's compute, and prompt and environment positions never need it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from trainers.algorithms import (
     tis_weights,
     value_loss,
 )
-from trainers.checkpoint import check_weights
 from trainers.config import RunConfig
 from trainers.critic import Critic
 
@@ -96,6 +96,15 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> torch.Tensor:
+    """The model's logits through its own forward (logits_to_keep = the positions keep_K),
+    or its body's last hidden state there: out_B_K_F."""
+    if logits:
+        return model(**inputs, logits_to_keep=keep_K).logits
+    body = getattr(model, model.base_model_prefix)
+    return body(**inputs).last_hidden_state[:, keep_K]
+
+
 def _unrows(x_B_T: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
     return [x_B_T[b, :n] for b, n in enumerate(lengths)]
 
@@ -148,30 +157,33 @@ class TorchLearner:
         engine sampled from); supervised steps pass 1.
         """
         t = self.cfg.rollout.temperature if temperature is None else temperature
-        hidden_N_H, targets_N, seq_N = self._loss_hidden(model, batch)
-        logits_N_V = model.get_output_embeddings()(hidden_N_H).float() / t
+        logits_N_V, targets_N, seq_N = self._loss_outputs(model, batch, logits=True)
+        logits_N_V = logits_N_V.float() / t
         logp_N_V = torch.log_softmax(logits_N_V, dim=-1)
         logp_N = logp_N_V.gather(-1, targets_N[:, None])[:, 0]
         entropy_N = entropy_from_logits(logits_N_V) if with_entropy else torch.zeros_like(logp_N)
         return logp_N, entropy_N, seq_N
 
-    def _loss_hidden(
-        self, model: Any, batch: list[Sample]
+    def _loss_outputs(
+        self, model: Any, batch: list[Sample], logits: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The hidden state that predicts each trained token: (hidden_N_H, targets_N, seq_N)."""
+        """What predicts each trained token: (out_N_F, targets_N, seq_N).
+
+        out is the model's logits (logits=True) or its body's last hidden state (the critic).
+        Logits come from the model's own forward, so what an architecture does after lm_head
+        (Gemma2's final softcap, Granite's logits_scaling) is done here as in the engine.
+        """
         P = batch[0].prompt_len
         shared = (
             len(batch) > 1
             and P > 0
             and all(s.token_ids[:P] == batch[0].token_ids[:P] for s in batch)
         )
-        hidden_B_T_H, pred_B_T, targets_B_T = (
-            self._shared_prefix_hidden if shared else self._hidden
-        )(model, batch)
-        hidden_N_H = hidden_B_T_H[pred_B_T]
-        targets_N = targets_B_T[pred_B_T]
-        seq_N = torch.arange(len(batch), device=self.device)[:, None].expand_as(pred_B_T)[pred_B_T]
-        return hidden_N_H, targets_N, seq_N
+        out_B_C_F, pred_B_C, targets_B_C = (self._shared_prefix if shared else self._plain)(
+            model, batch, logits
+        )
+        seq_N = torch.arange(len(batch), device=self.device)[:, None].expand_as(pred_B_C)[pred_B_C]
+        return out_B_C_F[pred_B_C], targets_B_C[pred_B_C], seq_N
 
     def _pad(self, seqs: list[list[int]], masks: list[list[int]]) -> tuple[torch.Tensor, ...]:
         """Right-pad: (ids_B_T, attention_B_T, loss_B_T)."""
@@ -185,33 +197,39 @@ class TorchLearner:
             loss_B_T[b, : len(mask)] = torch.tensor(mask, dtype=torch.bool)
         return ids_B_T.to(self.device), attn_B_T.to(self.device), loss_B_T.to(self.device)
 
-    def _hidden(
-        self, model: Any, batch: list[Sample]
+    def _plain(
+        self, model: Any, batch: list[Sample], logits: bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Every sequence in full: (hidden that predicts each next token, loss mask, targets)."""
+        """Every sequence in full: (outputs at the kept positions, loss mask, targets there)."""
         ids_B_T, attn_B_T, loss_B_T = self._pad(
             [s.token_ids for s in batch], [s.loss_mask for s in batch]
         )
-        body = getattr(model, model.base_model_prefix)
-        hidden_B_T_H = body(input_ids=ids_B_T, attention_mask=attn_B_T).last_hidden_state
-        # Position t predicts token t+1.
-        return hidden_B_T_H[:, :-1], loss_B_T[:, 1:], ids_B_T[:, 1:]
+        # Position t predicts token t+1; only positions that predict a trained token are kept.
+        pred_B_T = loss_B_T[:, 1:]
+        keep_K = pred_B_T.any(0).nonzero()[:, 0]
+        out_B_K_F = _outputs(
+            model, logits, keep_K, input_ids=ids_B_T, attention_mask=attn_B_T, use_cache=False
+        )
+        return out_B_K_F, pred_B_T[:, keep_K], ids_B_T[:, 1:][:, keep_K]
 
-    def _shared_prefix_hidden(self, model: Any, batch: list[Sample]) -> tuple[torch.Tensor, ...]:
+    def _shared_prefix(
+        self, model: Any, batch: list[Sample], logits: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The shared prompt once, its KV cache copied to every sample, then the suffixes.
 
         Gradients flow through the copied cache back into the one prompt pass, so this is
-        the same computation as `_hidden`, with the prompt done once instead of G times.
+        the same computation as `_plain`, with the prompt done once instead of G times.
         """
         from transformers import DynamicCache
 
         P, B = batch[0].prompt_len, len(batch)
-        body = getattr(model, model.base_model_prefix)
         cache = DynamicCache()
         prompt_1_P = torch.tensor([batch[0].token_ids[:P]], device=self.device)
-        h_prompt_1_P_H = body(
-            input_ids=prompt_1_P, past_key_values=cache, use_cache=True
-        ).last_hidden_state
+        # the prompt's last position predicts every sample's first suffix token
+        last = torch.tensor([P - 1], device=self.device)
+        first_1_1_F = _outputs(
+            model, logits, last, input_ids=prompt_1_P, past_key_values=cache, use_cache=True
+        )
         cache.batch_repeat_interleave(B)
         ids_B_S, attn_B_S, loss_B_S = self._pad(
             [s.token_ids[P:] for s in batch], [s.loss_mask[P:] for s in batch]
@@ -221,17 +239,23 @@ class TorchLearner:
             [torch.ones((B, P), dtype=attn_B_S.dtype, device=self.device), attn_B_S], dim=1
         )
         pos_B_S = (P + torch.arange(S, device=self.device)).expand(B, S)
-        h_suffix_B_S_H = body(
+        # Suffix token j >= 1 is predicted by suffix position j - 1: keep those that are trained.
+        keep_K = loss_B_S[:, 1:].any(0).nonzero()[:, 0]
+        suffix_B_K_F = _outputs(
+            model,
+            logits,
+            keep_K,
             input_ids=ids_B_S,
             attention_mask=attn,
             position_ids=pos_B_S,
             past_key_values=cache,
             use_cache=True,
-        ).last_hidden_state
-        # Suffix token j is predicted by the prompt's last position (j = 0) or suffix position j-1.
-        last_B_1_H = h_prompt_1_P_H[:, -1:].expand(B, 1, -1)
-        hidden_B_S_H = torch.cat([last_B_1_H, h_suffix_B_S_H[:, :-1]], dim=1)
-        return hidden_B_S_H, loss_B_S, ids_B_S
+        )
+        # column 0 predicts suffix token 0, column 1 + k suffix token keep_K[k] + 1
+        out_B_C_F = torch.cat([first_1_1_F.expand(B, 1, -1), suffix_B_K_F], dim=1)
+        pred_B_C = torch.cat([loss_B_S[:, :1], loss_B_S[:, 1:][:, keep_K]], dim=1)
+        targets_B_C = torch.cat([ids_B_S[:, :1], ids_B_S[:, 1:][:, keep_K]], dim=1)
+        return out_B_C_F, pred_B_C, targets_B_C
 
     @torch.no_grad()
     def forward_logprobs(self, batch: list[Sample]) -> list[list[float]]:
@@ -294,7 +318,7 @@ class TorchLearner:
             if self.ref is not None:
                 parts["ref"] = self._token_logprobs(self.ref, samples)[0].split(counts)
             if self.critic is not None:
-                hidden_N_H = self._loss_hidden(self.critic.model, samples)[0]
+                hidden_N_H = self._loss_outputs(self.critic.model, samples, logits=False)[0]
                 parts["values"] = self.critic.values(hidden_N_H).split(counts)
             for key, per_sample in parts.items():
                 for i, x in zip(mb, per_sample, strict=True):
@@ -456,7 +480,8 @@ class TorchLearner:
         assert self.critic is not None
         samples = [batch[i] for i in mb]
         counts = [s.n_loss for s in samples]
-        values_N = self.critic.values(self._loss_hidden(self.critic.model, samples)[0])
+        hidden_N_H = self._loss_outputs(self.critic.model, samples, logits=False)[0]
+        values_N = self.critic.values(hidden_N_H)
         values_B_T, mask_B_T = _rows(list(values_N.split(counts)))
         old_B_T, _ = _rows([frozen["values"][i] for i in mb])
         returns_B_T, _ = _rows([returns[i] for i in mb])
@@ -548,9 +573,7 @@ class TorchLearner:
     def load_reference(self, reference_dir: str | Path) -> None:
         """On resume: the reference saved by `end_warmup` (no-op without KL)."""
         if self.ref is not None:
-            weights = _read_weights(Path(reference_dir))
-            check_weights(self.ref.state_dict(), weights)
-            self.ref.load_state_dict(weights, strict=False)  # strict but for tied weights
+            self.ref.load_state_dict(_read_weights(Path(reference_dir)), strict=False)
 
     # -- weights and checkpoints ---------------------------------------------------
 
@@ -575,13 +598,10 @@ class TorchLearner:
             self.critic.save(d)
 
     def load(self, directory: str | Path) -> None:
-        """Restore weights and optimizer saved by `save`; CheckpointError, with nothing
-        changed, when a weight is missing (tied ones aside) or the optimizer is unreadable."""
+        """Restore weights and optimizer saved by `save`."""
         d = Path(directory)
-        weights = _read_weights(d / "model")
-        check_weights(self.model.state_dict(), weights)
+        self.model.load_state_dict(_read_weights(d / "model"), strict=False)
         extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
-        self.model.load_state_dict(weights, strict=False)  # strict but for tied weights
         self.opt.load_state_dict(extra["optimizer"])
         self.opt_steps = extra["opt_steps"]
         self.kl_ctl.value = extra.get("kl_coef", self.kl_ctl.value)

@@ -30,10 +30,9 @@ def _group(prompt_len=12, lens=(5, 9, 3)):
 
 def _grads(learner, batch, shared):
     learner.model.zero_grad()
-    fn = learner._shared_prefix_hidden if shared else learner._hidden
-    h, pred, tgt = fn(learner.model, batch)
-    logits = learner.model.get_output_embeddings()(h[pred])
-    logp = torch.log_softmax(logits, -1).gather(-1, tgt[pred][:, None])[:, 0]
+    fn = learner._shared_prefix if shared else learner._plain
+    logits, pred, tgt = fn(learner.model, batch, True)
+    logp = torch.log_softmax(logits[pred], -1).gather(-1, tgt[pred][:, None])[:, 0]
     logp.sum().backward()
     return logp.detach(), {
         n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None
@@ -266,3 +265,85 @@ def test_sft_loss_is_at_temperature_one_whatever_the_sampling_temperature(tiny):
     nll = -torch.cat([_direct_logprobs(learner.model, s) for s in batch])
     loss = learner.sft_step(batch, lr=1e-3)["sft_loss"]
     assert loss == pytest.approx(float(nll.mean()), rel=1e-5)
+
+
+def _random_model(folder, tiny, config):
+    """A seeded random model of `config`'s architecture with tiny's tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    config.vocab_size = len(tokenizer)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _gemma2(folder, tiny):
+    from transformers import Gemma2Config
+
+    # a small softcap, so that capping moves these random logits by much more than 1e-5
+    config = Gemma2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        final_logit_softcapping=2.0,
+        attn_logit_softcapping=None,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return _random_model(folder, tiny, config)
+
+
+def _granite(folder, tiny):
+    from transformers import GraniteConfig
+
+    config = GraniteConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        logits_scaling=8.0,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return _random_model(folder, tiny, config)
+
+
+@pytest.mark.parametrize("build", [_gemma2, _granite], ids=["gemma2", "granite"])
+def test_learner_engine_and_model_forward_agree_on_logprobs(tiny, tmp_path, build):
+    """Architectures that post-process logits in CausalLM.forward (Gemma2's final softcap,
+    Granite's logits_scaling): the sampler and the learner must score tokens alike."""
+    from agents.engine import GenRequest
+    from agents.engine_hf import HFEngine
+
+    folder = build(tmp_path / "model", tiny)
+    temperature = 0.7
+    engine = HFEngine(folder)
+    prompt_a, prompt_b = list(range(10, 22)), list(range(40, 49))
+    requests = [GenRequest(prompt_a, 8, seed=s) for s in range(3)] + [GenRequest(prompt_b, 8, 9)]
+    results = engine.generate(requests, temperature=temperature)
+    batch = [
+        Sample(
+            r.prompt_ids + g.token_ids,
+            [0] * len(r.prompt_ids) + [1] * len(g.token_ids),
+            prompt_len=len(r.prompt_ids),
+        )
+        for r, g in zip(requests, results, strict=True)
+    ]
+    cfg = build_config(
+        [{"model": {"name": "tiny"}, "rollout": {"temperature": temperature}}], env_name="math"
+    )
+    learner = TorchLearner(folder, cfg)
+    # the group of three goes through the shared-prompt forward, the fourth through the plain one
+    assert [len(mb) for mb in learner._micro_batches(batch)] == [3, 1]
+    learned = learner.forward_logprobs(batch)
+    for s, g, lp in zip(batch, results, learned, strict=True):
+        direct = _direct_logprobs(learner.model, s, temperature)
+        assert torch.allclose(torch.tensor(lp), direct, atol=1e-5), (lp, direct)
+        assert torch.allclose(torch.tensor(g.logprobs), direct, atol=1e-5), (g.logprobs, direct)
