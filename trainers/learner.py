@@ -38,6 +38,7 @@ from trainers.algorithms import (
     tis_weights,
     value_loss,
 )
+from trainers.checkpoint import check_weights
 from trainers.config import RunConfig
 from trainers.critic import Critic
 
@@ -573,7 +574,9 @@ class TorchLearner:
     def load_reference(self, reference_dir: str | Path) -> None:
         """On resume: the reference saved by `end_warmup` (no-op without KL)."""
         if self.ref is not None:
-            self.ref.load_state_dict(_read_weights(Path(reference_dir)), strict=False)
+            weights = _read_weights(Path(reference_dir))
+            check_weights(self.ref.state_dict(), weights)
+            self.ref.load_state_dict(weights, strict=False)  # strict but for tied weights
 
     # -- weights and checkpoints ---------------------------------------------------
 
@@ -598,10 +601,13 @@ class TorchLearner:
             self.critic.save(d)
 
     def load(self, directory: str | Path) -> None:
-        """Restore weights and optimizer saved by `save`."""
+        """Restore weights and optimizer saved by `save`; CheckpointError, with nothing
+        changed, when a weight is missing (tied ones aside) or the optimizer is unreadable."""
         d = Path(directory)
-        self.model.load_state_dict(_read_weights(d / "model"), strict=False)
+        weights = _read_weights(d / "model")
+        check_weights(self.model.state_dict(), weights)
         extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+        self.model.load_state_dict(weights, strict=False)  # strict but for tied weights
         self.opt.load_state_dict(extra["optimizer"])
         self.opt_steps = extra["opt_steps"]
         self.kl_ctl.value = extra.get("kl_coef", self.kl_ctl.value)
