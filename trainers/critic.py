@@ -22,7 +22,7 @@ class Critic:
 
     def __init__(self, model_path: str | Path, cfg: RunConfig, dtype: torch.dtype) -> None:
         model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
-        self.model = model.train()
+        self.model = model.eval()  # no dropout: values are read and trained on one network
         hidden = model.config.hidden_size
         # zero-initialised: the first values are 0, the first advantages are the returns
         self.head = torch.nn.Linear(hidden, 1, dtype=dtype)

@@ -123,8 +123,10 @@ class TorchLearner:
         dtype = _DTYPES[cfg.model.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
-        self.model = model.to(self.device)
-        self.model.train()
+        # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
+        # the frozen pass and the update would score the same weights differently and the
+        # step-0 ratio would not be 1
+        self.model = model.to(self.device).eval()
         self.ref: Any = None
         if a.kl_coef > 0:  # the reference costs a model's memory: load only when used
             ref: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)

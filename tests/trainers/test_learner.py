@@ -267,6 +267,46 @@ def test_sft_loss_is_at_temperature_one_whatever_the_sampling_temperature(tiny):
     assert loss == pytest.approx(float(nll.mean()), rel=1e-5)
 
 
+@pytest.fixture(scope="module")
+def tiny_dropout(tiny, tmp_path_factory):
+    """The tiny model with attention dropout 0.5 (a config key, so the weights are tiny's)."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny-dropout")
+    shutil.copytree(tiny, folder, dirs_exist_ok=True)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "attention_dropout": 0.5}))
+    return folder
+
+
+def test_dropout_is_off_for_logprobs_and_the_update(tiny_dropout):
+    # tis_cap makes the one update compare against a separate frozen pass of the same weights
+    cfg = build_config(
+        [{"model": {"name": "tiny"}, "algorithm": {"tis_cap": 2.0, "micro_batch_size": 3}}],
+        env_name="math",
+    )
+    learner = TorchLearner(tiny_dropout, cfg)
+    batch = _advantaged_batch()
+    assert learner.forward_logprobs(batch) == learner.forward_logprobs(batch)
+    metrics = learner.train_step(batch)
+    # step 0: the update's policy is the frozen one, so every ratio is exactly 1
+    assert metrics["clip_frac"] == 0.0 and metrics["approx_kl"] == 0.0
+
+
+def test_the_critic_reads_values_without_dropout(tiny_dropout):
+    cfg = build_config([{"model": {"name": "tiny"}, "algorithm": {"name": "ppo"}}], env_name="math")
+    learner = TorchLearner(tiny_dropout, cfg)
+    torch.nn.init.normal_(learner.critic.head.weight)  # zero-initialised: make values vary
+    batch = _group()
+    with torch.no_grad():
+        first, second = (
+            learner.critic.values(learner._loss_outputs(learner.critic.model, batch, False)[0])
+            for _ in range(2)
+        )
+    assert first.abs().sum() > 0 and torch.equal(first, second)
+
+
 def _random_model(folder, tiny, config):
     """A seeded random model of `config`'s architecture with tiny's tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
