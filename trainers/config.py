@@ -29,7 +29,17 @@ class ModelConfig(_Section):
     name: str = "smollm2-135m"
     """A preset (`tiny`, `smollm2-135m`), a local Hugging Face folder, or an HF id."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights and compute dtype; float32 on a CPU."""
+    """Compute dtype (the learner's autocast, the engines' weights); trained weights stay
+    float32. float32 on a CPU; float16 is refused (it needs loss scaling)."""
+
+    @model_validator(mode="after")
+    def _trainable_dtype(self) -> ModelConfig:
+        if self.dtype == "float16":
+            raise ValueError(
+                "float16 training needs loss scaling, which the learner does not do; "
+                "use bfloat16 (or float32)"
+            )
+        return self
 
 
 class EnvConfig(_Section):

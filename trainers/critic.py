@@ -43,7 +43,7 @@ class Critic:
 
     def values(self, hidden_N_H: torch.Tensor) -> torch.Tensor:
         """V at each given hidden state: value_N."""
-        return self.head(hidden_N_H).float()[:, 0]
+        return self.head(hidden_N_H.to(self.head.weight.dtype)).float()[:, 0]
 
     def step(self, lr: float) -> float:
         """Clip, set the (scheduled) learning rate, step; returns the pre-clip grad norm."""

@@ -120,9 +120,13 @@ class TorchLearner:
         self.cfg = cfg
         a = cfg.algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # Trained weights stay float32 (the master copy) and the forward runs under autocast
+        # in model.dtype: an AdamW step of ~lr = 1e-5 is below bf16's resolution for most
+        # weights, so bf16 weights stepped in place would mostly not move.
         dtype = _DTYPES[cfg.model.dtype]
+        self.compute_dtype = dtype
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
         # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
         # the frozen pass and the update would score the same weights differently and the
         # step-0 ratio would not be 1
@@ -131,7 +135,9 @@ class TorchLearner:
         if a.kl_coef > 0:  # the reference costs a model's memory: load only when used
             ref: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
             self.ref = ref.to(self.device).eval().requires_grad_(False)
-        self.critic = Critic(model_path, cfg, dtype).to(self.device) if a.name == "ppo" else None
+        self.critic = (
+            Critic(model_path, cfg, torch.float32).to(self.device) if a.name == "ppo" else None
+        )
         o = cfg.optim
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
@@ -182,9 +188,12 @@ class TorchLearner:
             and P > 0
             and all(s.token_ids[:P] == batch[0].token_ids[:P] for s in batch)
         )
-        out_B_C_F, pred_B_C, targets_B_C = (self._shared_prefix if shared else self._plain)(
-            model, batch, logits
-        )
+        with torch.autocast(
+            self.device.type, self.compute_dtype, enabled=self.compute_dtype != torch.float32
+        ):
+            out_B_C_F, pred_B_C, targets_B_C = (self._shared_prefix if shared else self._plain)(
+                model, batch, logits
+            )
         seq_N = torch.arange(len(batch), device=self.device)[:, None].expand_as(pred_B_C)[pred_B_C]
         return out_B_C_F[pred_B_C], targets_B_C[pred_B_C], seq_N
 
@@ -583,8 +592,11 @@ class TorchLearner:
     # -- weights and checkpoints ---------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Current weights (CPU tensors) for the engines."""
-        return {k: v.detach().to("cpu") for k, v in self.model.state_dict().items()}
+        """Current weights for the engines: CPU tensors in the compute dtype."""
+        return {
+            k: v.detach().to("cpu", self.compute_dtype if v.is_floating_point() else v.dtype)
+            for k, v in self.model.state_dict().items()
+        }
 
     def save(self, directory: str | Path) -> None:
         """Write an HF-format model folder plus the optimizer state into `directory`."""

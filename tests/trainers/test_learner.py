@@ -387,3 +387,46 @@ def test_learner_engine_and_model_forward_agree_on_logprobs(tiny, tmp_path, buil
         direct = _direct_logprobs(learner.model, s, temperature)
         assert torch.allclose(torch.tensor(lp), direct, atol=1e-5), (lp, direct)
         assert torch.allclose(torch.tensor(g.logprobs), direct, atol=1e-5), (g.logprobs, direct)
+
+
+def test_bf16_keeps_fp32_master_weights_and_computes_in_bf16(tiny):
+    def learner(dtype):
+        cfg = build_config(
+            [
+                {
+                    "model": {"name": "tiny", "dtype": dtype},
+                    "optim": {"lr": 1e-5},
+                    "algorithm": {"name": "ppo", "kl_coef": 0.01},
+                }
+            ],
+            env_name="math",
+        )
+        return TorchLearner(tiny, cfg)
+
+    bf16, fp32 = learner("bfloat16"), learner("float32")
+    batch = _advantaged_batch()
+    # the forward runs in bf16 (autocast): close to float32's log-probs, not equal to them
+    lp16, lp32 = (torch.tensor(sum(x.forward_logprobs(batch), [])) for x in (bf16, fp32))
+    assert 1e-4 < (lp16 - lp32).abs().max() < 0.1
+    before = {n: p.detach().clone() for n, p in bf16.model.named_parameters()}
+    bf16.train_step(batch)
+    # every weight with a gradient moved by ~lr (in bf16 storage most steps of 1e-5 round away)
+    moved = stepped = 0
+    for n, p in bf16.model.named_parameters():
+        assert p.dtype == torch.float32, n
+        has_grad = p.grad != 0
+        stepped += int(has_grad.sum())
+        moved += int((p.detach() != before[n])[has_grad].sum())
+    assert stepped > 0 and moved / stepped > 0.99
+    assert all(p.dtype == torch.float32 for p in bf16.critic.params)
+    # the engines get the weights in the compute dtype
+    assert {v.dtype for v in bf16.state_dict().values() if v.is_floating_point()} == {
+        torch.bfloat16
+    }
+
+
+def test_fp16_training_is_refused_in_one_sentence():
+    from trainers.config import ConfigError
+
+    with pytest.raises(ConfigError, match="loss scaling"):
+        build_config([{"model": {"name": "tiny", "dtype": "float16"}}], env_name="math")
