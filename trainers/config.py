@@ -125,7 +125,7 @@ class AlgorithmConfig(_Section):
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the KL to the reference (initial) model; 0 skips loading the reference."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token KL estimator (Schulman's k1, k2, k3)."""
+    """Per-token KL estimator (Schulman's k1, k2, k3); k1 only in the reward (kl_in_reward)."""
     kl_in_reward: bool = False
     """Subtract the KL from the token rewards (ppo, reinforce_pp) instead of adding it to the loss."""
     kl_target: float | None = Field(None, gt=0)
@@ -176,6 +176,11 @@ class AlgorithmConfig(_Section):
             raise ValueError("dual_clip is a per-token clip; gspo clips whole sequences (unset it)")
         if self.kl_target is not None and self.kl_coef == 0:
             raise ValueError("kl_target adapts kl_coef, which is 0; set an initial kl_coef > 0")
+        if self.kl_estimator == "k1" and self.kl_coef > 0 and not self.kl_in_reward:
+            raise ValueError(
+                "kl_estimator=k1 in the loss has zero expected gradient (it is logp - ref_logp "
+                "on the policy's own samples); use k3 or k2, or k1 with kl_in_reward"
+            )
         return self
 
 

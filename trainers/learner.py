@@ -476,7 +476,8 @@ class TorchLearner:
         sums["pg_loss"] += float((pg_B_T.detach() * m).sum())
         sums["entropy"] += float((ent_B_T.detach() * m).sum())
         sums["clip_frac"] += float((clipped_B_T * m).sum())
-        sums["approx_kl"] += float((kl_k3(logp_B_T.detach(), old_B_T) * m).sum())
+        # the tokens were sampled from the old policy: mean(old - new) estimates KL(old || new)
+        sums["approx_kl"] += float(((old_B_T - logp_B_T.detach()) * m).sum())
         return (loss_B_T * m * w_B[:, None]).sum()
 
     def _critic_loss(

@@ -2,6 +2,7 @@
 
 import math
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -298,6 +299,24 @@ def test_k1_k2_by_hand():
     assert kl_k1(ref, logp).item() == -1.0
     same = torch.tensor([0.3])
     assert kl_k1(same, same).item() == kl_k2(same, same).item() == kl_k3(same, same).item() == 0.0
+
+
+def test_k1_in_the_loss_is_refused_and_in_the_reward_allowed():
+    from trainers.config import ALGORITHM_PRESETS, ConfigError, build_config, read_yaml
+
+    # in the loss k1's gradient is the score function, whose expectation is 0: no pull at all
+    with pytest.raises(ConfigError, match="zero expected gradient"):
+        build_config([{"algorithm": {"kl_coef": 0.1, "kl_estimator": "k1"}}], env_name="math")
+    with pytest.raises(ConfigError, match="zero expected gradient"):
+        build_config([{"algorithm": {"name": "reinforce_pp", "kl_in_reward": False}}], "math")
+    # REINFORCE++'s preset puts k1 in the reward, which is allowed; every preset and recipe builds
+    for name in ALGORITHM_PRESETS:
+        build_config([{"algorithm": {"name": name}}], env_name="math")
+    recipes = sorted((Path(__file__).parents[2] / "trainers" / "recipes").glob("*.yaml"))
+    assert recipes
+    for recipe in recipes:
+        build_config([read_yaml(recipe)])
+    assert build_config([{"algorithm": {"kl_estimator": "k1"}}], "math").algorithm.kl_coef == 0
 
 
 def test_adaptive_kl_controller_by_hand():

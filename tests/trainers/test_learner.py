@@ -140,7 +140,7 @@ def test_epochs_and_mini_batches_count_optimizer_steps(tiny):
     # 6 samples in mini-batches of 3 -> 2 optimizer steps per epoch, 2 epochs
     assert metrics["updates"] == 4 and learner.opt_steps == 4
     # later updates see a policy that moved: the ratio leaves 1
-    assert metrics["approx_kl"] > 0
+    assert metrics["approx_kl"] != 0
     assert metrics["lr"] == pytest.approx(1e-2)  # warm-up (2 steps) is over by the 4th
 
 
@@ -430,3 +430,19 @@ def test_fp16_training_is_refused_in_one_sentence():
 
     with pytest.raises(ConfigError, match="loss scaling"):
         build_config([{"model": {"name": "tiny", "dtype": "float16"}}], env_name="math")
+
+
+def test_approx_kl_is_the_mean_log_ratio_old_minus_new(tiny):
+    """Samples come from the old policy, so mean(old - new) estimates KL(old || new), as veRL
+    reports it. Two epochs over one mini-batch: the first update sees the old policy itself,
+    the second the policy after one step, which a one-epoch twin learner reproduces."""
+    two = _learner(tiny, ppo_epochs=2, micro_batch_size=6)
+    one = _learner(tiny, ppo_epochs=1, micro_batch_size=6)
+    batch = _advantaged_batch()
+    old = torch.tensor(sum(two.forward_logprobs(batch), []))
+    one.train_step(batch)
+    new = torch.tensor(sum(one.forward_logprobs(batch), []))
+    metrics = two.train_step(batch)
+    # approx_kl averages over every token the update passes saw: 2 epochs x N tokens
+    expected = float((old - new).sum()) / (2 * len(old))
+    assert expected != 0 and metrics["approx_kl"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
