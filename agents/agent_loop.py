@@ -82,6 +82,7 @@ def run_episodes(
                     stop=tuple(getattr(e.env.unwrapped, "stop_strings", ())),
                 )
             )
+            e.traj.turn_limits.append(requests[-1].max_new_tokens)
         t0 = time.perf_counter()
         results = generate(requests)
         gen_s = (time.perf_counter() - t0) / len(live)
@@ -164,6 +165,7 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     traj.loss_mask.extend([1] * len(res.token_ids))
     traj.logprobs.extend(res.logprobs)
     traj.versions.append(res.version)
+    traj.turn_tokens.append(len(res.token_ids))
     traj.num_turns += 1
     traj.cut_off = traj.cut_off or res.finish_reason == "length"
     text = getattr(e.env.unwrapped, "response_prefix", "") + chat.tokenizer.decode(

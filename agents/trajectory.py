@@ -45,6 +45,11 @@ class Trajectory:
     """Number of model turns."""
     cut_off: bool = False
     """A model turn ran out of `max_new_tokens` (DAPO's overlong filter drops these)."""
+    turn_tokens: list[int] = field(default_factory=list)
+    """Tokens the model sampled in each model turn."""
+    turn_limits: list[int] = field(default_factory=list)
+    """Each model turn's token limit: max_new_tokens, or less where the episode's
+    max_total_tokens left less room (DAPO's overlong penalty judges each turn by it)."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent in `generate` and in `env` for this episode."""
     error: str | None = None

@@ -453,6 +453,22 @@ def overlong_penalty(
     return -penalty * excess_B / cache_len
 
 
+def turn_overlong_penalty(
+    lengths_K: torch.Tensor, limits_K: torch.Tensor, buffer: int, penalty: float = 1.0
+) -> torch.Tensor:
+    """DAPO's soft overlong penalty for a multi-turn episode of K model turns: each turn is
+    judged by `overlong_penalty` against the limit that bounded it (limit_k: max_new_tokens,
+    or the room the episode's token budget left), with cache_len = min(buffer, limit_k).
+    The episode gets its worst turn's penalty (0 when it has no turns): a turn cut off at its
+    own limit costs the full penalty, however short the other turns were.
+    """
+    per_turn = [
+        overlong_penalty(n.reshape(1), int(m), min(buffer, int(m)), penalty)[0]
+        for n, m in zip(lengths_K, limits_K, strict=True)
+    ]
+    return torch.stack(per_turn).min() if per_turn else torch.tensor(0.0)
+
+
 def overlong_filter_mask(truncated_B: torch.Tensor) -> torch.Tensor:
     """DAPO overlong filtering (Yu et al. 2025): a float keep-mask, 0 for sequences cut off by
     the length budget, so they carry no loss. Multiply into the token mask: mask_B_T * keep_B[:, None].

@@ -39,8 +39,8 @@ from trainers.algorithms import (
     dr_grpo_advantages,
     dynamic_sampling_keep,
     grpo_advantages,
-    overlong_penalty,
     rloo_advantages,
+    turn_overlong_penalty,
 )
 from trainers.checkpoint import restore
 from trainers.config import RunConfig
@@ -191,15 +191,6 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
     a = cfg.algorithm
     want_groups = a.train_batch_size or r.batch_size
-    budget_tokens = r.max_new_tokens * cfg.env.max_turns
-
-    def shaped_reward(t: Trajectory) -> float:
-        """The reward the update sees: DAPO's soft overlong penalty on top, when it is on."""
-        if not a.overlong_buffer:
-            return t.reward
-        length = torch.tensor([float(t.response_len)])
-        buffer = min(a.overlong_buffer, budget_tokens)
-        return t.reward + float(overlong_penalty(length, budget_tokens, buffer, a.overlong_penalty))
 
     def collect_groups(step: int) -> tuple[list[Trajectory], list[list[Trajectory]]]:
         """Every episode of the step, and the groups kept for the update (up to want_groups).
@@ -225,7 +216,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             trajs += new
             for p in range(len(tasks_P)):
                 group = new[p * r.group_size : (p + 1) * r.group_size]
-                rewards_G = torch.tensor([[shaped_reward(t) for t in group]])
+                rewards_G = torch.tensor([[shaped_reward(cfg, t) for t in group]])
                 if not a.dynamic_sampling or bool(dynamic_sampling_keep(rewards_G)[0]):
                     kept.append(group)
             if len(kept) >= want_groups:
@@ -246,7 +237,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
 
         # 2. advantages from the (shaped) rewards of the kept groups; a failed episode keeps
         #    its place in its group's baseline (reward 0) but carries no loss
-        rewards_K_G = torch.tensor([[shaped_reward(t) for t in g] for g in kept])
+        rewards_K_G = torch.tensor([[shaped_reward(cfg, t) for t in g] for g in kept])
         adv_K_G = sequence_advantages(cfg, rewards_K_G)
         batch = [
             Sample(t.token_ids, t.loss_mask, float(adv), t.prompt_len, float(rew), t.logprobs)
@@ -378,6 +369,18 @@ def warm_up(
                     f"warm-up {k}/{w.sft_steps} loss {m['sft_loss']:.3f} "
                     f"({elapsed:.0f}s, ETA {eta:.0f}s)"
                 )
+
+
+def shaped_reward(cfg: RunConfig, t: Trajectory) -> float:
+    """The reward the update sees: DAPO's soft overlong penalty on top, when it is on, with
+    each model turn judged against the token limit that bounded it."""
+    a = cfg.algorithm
+    if not a.overlong_buffer:
+        return t.reward
+    lengths_K, limits_K = torch.tensor(t.turn_tokens), torch.tensor(t.turn_limits)
+    return t.reward + float(
+        turn_overlong_penalty(lengths_K, limits_K, a.overlong_buffer, a.overlong_penalty)
+    )
 
 
 def sequence_advantages(cfg: RunConfig, rewards_K_G: torch.Tensor) -> torch.Tensor:

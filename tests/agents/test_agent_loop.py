@@ -110,6 +110,32 @@ def test_token_budget_ends_the_episode(engine):
     assert t.stop_reason == "token_budget" and len(t.token_ids) < 40
 
 
+def test_each_model_turn_records_its_tokens_and_its_limit(engine):
+    """The limit is max_new_tokens, or the room max_total_tokens leaves (DAPO's overlong
+    penalty judges each turn against the limit that bounded it)."""
+    chat = ChatFormat(engine.tokenizer)
+    prompt_len = len(chat.prompt_ids([{"role": "user", "content": "hello 0"}]))
+    obs_len = len(chat.observation_ids("observation 1", model_ended_turn=False))
+    # room for the prompt, a full turn of 8, the observation and 3 tokens: the second turn's
+    # limit is 3
+    total = prompt_len + 8 + obs_len + 3
+    never_ends = lambda reqs: [  # noqa: E731
+        GenResult([50] * r.max_new_tokens, [-1.0] * r.max_new_tokens, "length", 0) for r in reqs
+    ]
+    with ThreadPoolExecutor(1) as pool:
+        (t,) = run_episodes(
+            never_ends,
+            lambda: EchoEnv(max_turns=2),
+            chat,
+            [Task(id="t", env="echo", prompt="hello 0")],
+            [0],
+            [1],
+            Budget(8, total),
+            pool,
+        )
+    assert t.turn_tokens == [8, 3] and t.turn_limits == [8, 3] and t.cut_off
+
+
 def test_response_prefix_is_environment_text_before_each_model_turn():
     class Recorder:
         version = 0

@@ -34,6 +34,7 @@ from trainers.algorithms import (
     rloo_advantages,
     scheduled_lr,
     tis_weights,
+    turn_overlong_penalty,
     value_loss,
 )
 
@@ -447,6 +448,40 @@ def test_overlong_penalty_by_hand():
     assert out.tolist() == pytest.approx([0.0, 0.0, -0.25, -0.5, -1.0, -1.0])
     assert overlong_penalty(torch.tensor([18]), 20, 4, penalty=0.5).tolist() == [-0.25]
     assert overlong_penalty(torch.tensor([19, 20, 21]), 20, 0).tolist() == [0.0, 0.0, -1.0]
+
+
+def test_multi_turn_overlong_penalty_judges_each_turn_by_its_own_limit():
+    """SQL's preset: 2 turns of at most 48 tokens, buffer 16, penalty 0.5. A turn cut off at 48
+    costs the full 0.5 although the episode's 58 tokens are far below 2 x 48 - 16 = 80."""
+    from agents.trajectory import Trajectory
+    from trainers.config import build_config
+    from trainers.sync import shaped_reward
+
+    def pen(lengths, limits):
+        out = turn_overlong_penalty(torch.tensor(lengths), torch.tensor(limits), 16, 0.5)
+        return out.item()
+
+    assert pen([48, 10], [48, 48]) == -0.5  # the first turn hit its limit
+    assert pen([40, 5], [48, 48]) == pytest.approx(-0.25)  # (40 - 32) / 16 * 0.5, the worse turn
+    assert pen([30, 31], [48, 48]) == 0.0  # both below 48 - 16 = 32
+    # the second turn was limited to 20 by the episode's token budget and used all of it:
+    # buffer min(16, 20), free up to 4, (20 - 4) / 16 * 0.5 = 0.5
+    assert pen([10, 20], [48, 20]) == -0.5
+    # a limit below the buffer: the whole turn is the soft zone, 3 of 8 -> 3 / 8 * 0.5
+    assert pen([3], [8]) == pytest.approx(-0.1875)
+    assert pen([], []) == 0.0
+
+    layer = {
+        "env": {"max_turns": 2},
+        "rollout": {"max_new_tokens": 48},
+        "algorithm": {"overlong_buffer": 16, "overlong_penalty": 0.5},
+    }
+    cfg = build_config([layer], env_name="sql")
+    t = Trajectory("t", 0, reward=1.0, turn_tokens=[48, 10], turn_limits=[48, 48])
+    t.loss_mask = [1] * 58
+    assert shaped_reward(cfg, t) == 0.5
+    off = build_config([{"algorithm": {"overlong_buffer": 0}}], env_name="sql")
+    assert shaped_reward(off, t) == 1.0
 
 
 def test_overlong_filter_mask():
