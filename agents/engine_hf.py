@@ -58,7 +58,6 @@ class HFEngine:
         if not requests:
             return []
         n = len(requests)
-        gens = [torch.Generator().manual_seed(r.seed) for r in requests]
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
         finish = ["length"] * n
@@ -78,6 +77,8 @@ class HFEngine:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = self._forward(ids, mask, pos, cache)  # [U, V]
+        # torch.multinomial needs its generator on the probabilities' device (CPU or CUDA)
+        gens = [torch.Generator(device=logits.device).manual_seed(r.seed) for r in requests]
         if len(prompts) < n:
             expand = torch.tensor(row_of, device=self.device)
             cache.batch_select_indices(expand)
