@@ -349,8 +349,8 @@ def _no_survivors(procs: dict[int, str]) -> bool:
     return True
 
 
-def _stop_during(tmp_path: Path, name: str, extra: list[str], ready) -> tuple:
-    """Start a run on its own private Ray cluster, wait until `ready(run, stderr)`, SIGTERM."""
+def _stop_during(tmp_path: Path, name: str, extra: list[str], ready, signum=signal.SIGTERM):
+    """Start a run on its own private Ray cluster, wait until `ready(run, stderr)`, signal it."""
     log = tmp_path / f"{name}.err"
     with open(log, "w") as err:
         proc = subprocess.Popen(
@@ -369,7 +369,7 @@ def _stop_during(tmp_path: Path, name: str, extra: list[str], ready) -> tuple:
             assert proc.poll() is None and time.time() < deadline, log.read_text()
             time.sleep(0.1)
         procs = _tree(proc.pid)  # the private Ray cluster, its workers, anything else started
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:  # the test failed: leave nothing running behind it
@@ -381,19 +381,21 @@ def _stop_during(tmp_path: Path, name: str, extra: list[str], ready) -> tuple:
     return runs[0], rc, log.read_text(), procs
 
 
-def test_sigterm_during_the_first_evaluation_stops_everything(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_during_the_first_evaluation_stops_everything(tmp_path, signum):
     run, rc, err, procs = _stop_during(
         tmp_path,
         "evalterm",
         ["--max-steps", "2", "--set", "eval.limit=400", "--set", "tracking.enabled=false"],
         lambda run, err: "evaluating on 200 dev tasks" in err,
+        signum,
     )
     assert len(procs) >= 3, procs  # gcs, raylet and workers of the private cluster at least
-    assert rc == 128 + signal.SIGTERM, err[-3000:]
+    assert rc == 128 + signum, err[-3000:]
     assert "Traceback" not in err and "Aborted" not in err and "SIGABRT" not in err, err[-3000:]
     assert "stopped; continue with: skyrl train --resume" in err
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "stopped" and status["error"] == "stopped by SIGTERM", status
+    assert status["state"] == "stopped" and status["error"] == f"stopped by {signum.name}", status
     assert not (run / "eval" / "before.json").exists()  # it stopped in the evaluation
     assert _no_survivors(procs)
 
