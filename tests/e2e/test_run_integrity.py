@@ -43,9 +43,9 @@ def _train(tmp_path: Path, name: str, ray_address: str, *extra: str) -> Path:
 
 
 def test_two_resumes_of_one_run_never_both_train(tmp_path, ray_address):
-    run = _train(tmp_path, "lock", ray_address, "--max-steps", "1")
+    run = _fake_run(tmp_path)  # as `skyrl train --watch` hands a new run to its child
     saved = (run / "config.yaml").read_bytes()
-    cmd = [str(BIN / "skyrl"), "train", "--resume", str(run), "--max-steps", "3"]
+    cmd = [str(BIN / "skyrl"), "train", "--resume", str(run), "--max-steps", "2"]
     cmd += ["--ray-address", ray_address]
     procs = [
         subprocess.Popen(
@@ -62,7 +62,7 @@ def test_two_resumes_of_one_run_never_both_train(tmp_path, ray_address):
     err = outs[loser][1]
     assert f"is held by another training process (pid {procs[winner].pid})" in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert _steps(run) == [1, 2, 3]  # not 1,2,3,2,3
+    assert _steps(run) == [1, 2]  # not 1,2,1,2
     assert (run / "config.yaml").read_bytes() == saved  # a resume never rewrites the config
     assert json.loads((run / "status.json").read_text())["state"] == "finished"
 
@@ -202,7 +202,17 @@ def _fake_run(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "broken"
     for sub in ("rollouts", "checkpoints", "eval"):
         (run / sub).mkdir(parents=True)
-    cfg = build_config([{"model": {"name": "tiny"}, "eval": {"limit": 0}}], env_name="math")
+    cfg = build_config(
+        [
+            {
+                "model": {"name": "tiny"},
+                "rollout": {"batch_size": 2},
+                "eval": {"limit": 0},
+                "tracking": {"enabled": False},
+            }
+        ],
+        env_name="math",
+    )
     save_config(cfg, run / "config.yaml")
     return run
 
@@ -339,13 +349,20 @@ def _survivors(procs: dict[int, str], wait_s: float) -> dict[int, str]:
         time.sleep(0.2)
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()[:120].decode(errors="replace")
+    except OSError:
+        return "?"
+
+
 def _no_survivors(procs: dict[int, str]) -> bool:
     """Whether every process of the snapshot is gone (within 15 s); kills what is left."""
     left = _survivors(procs, 15)
     for pid in left:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-    assert left == {}, [Path(f"/proc/{p}/cmdline").read_bytes()[:100] for p in left]
+    assert left == {}, {p: _cmdline(p) for p in left}
     return True
 
 
