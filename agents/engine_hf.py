@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoTokenizer, DynamicCache
 
 from agents.engine import GenRequest, GenResult
+from agents.weights import from_pretrained, load_folder, load_weights
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -28,7 +29,7 @@ class HFEngine:
             torch.set_num_threads(threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=_DTYPES[dtype])
+        model: Any = from_pretrained(model_path, _DTYPES[dtype])
         self.model = model.to(self.device).eval()
         self.eos_ids = _eos_ids(self.model, self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id
@@ -37,18 +38,15 @@ class HFEngine:
         self.version = 0
 
     def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
-        """Load new policy weights (a full state dict, or a subset of it)."""
-        self.model.load_state_dict(named_tensors, strict=False)
+        """Load new policy weights: a full state dict (tied weights may be absent);
+        WeightsError, with nothing changed, when a tensor is missing or misshapen."""
+        load_weights(self.model, named_tensors)
         self.version = version
 
     def load(self, model_path: str | Path, version: int) -> None:
         """Load weights from an HF folder (a checkpoint), e.g. on resume."""
-        from safetensors.torch import load_file
-
-        state: dict[str, Any] = {}
-        for f in sorted(Path(model_path).glob("*.safetensors")):
-            state.update(load_file(str(f)))
-        self.update_weights(state, version)
+        load_folder(self.model, model_path)
+        self.version = version
 
     @torch.inference_mode()
     def generate(

@@ -94,28 +94,6 @@ def problem(folder: Path) -> str | None:
     return None
 
 
-def check_weights(expected: dict[str, Any], loaded: dict[str, Any]) -> None:
-    """Raise CheckpointError unless `loaded` fills every tensor of `expected` (a model's
-    state_dict) with its shape; a key may be absent only when it shares storage with one
-    that is present (tied embeddings, which save_pretrained writes once)."""
-    unexpected = sorted(set(loaded) - set(expected))
-    if unexpected:
-        raise CheckpointError(f"the saved weights hold unknown tensors ({unexpected[0]}, ...)")
-    present_ptrs = {expected[k].data_ptr() for k in loaded}
-    missing = [
-        k for k in expected if k not in loaded and expected[k].data_ptr() not in present_ptrs
-    ]
-    if missing:
-        raise CheckpointError(
-            f"the saved weights lack {len(missing)} of the model's tensors ({missing[0]}, ...)"
-        )
-    for k, v in loaded.items():
-        if tuple(v.shape) != tuple(expected[k].shape):
-            raise CheckpointError(
-                f"saved tensor {k} has shape {tuple(v.shape)}, the model {tuple(expected[k].shape)}"
-            )
-
-
 def _one_line(e: BaseException) -> str:
     """The cause of an error (also from inside a Ray actor), in one short line."""
     cause = getattr(e, "cause", None) or e

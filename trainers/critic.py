@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM
 
+from agents.weights import from_pretrained
 from trainers.config import RunConfig
 
 
@@ -21,7 +21,7 @@ class Critic:
     """Value model + optimizer; `model` is a causal LM whose body the learner runs."""
 
     def __init__(self, model_path: str | Path, cfg: RunConfig, dtype: torch.dtype) -> None:
-        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
+        model: Any = from_pretrained(model_path, dtype)
         self.model = model.eval()  # no dropout: values are read and trained on one network
         hidden = model.config.hidden_size
         # zero-initialised: the first values are 0, the first advantages are the returns

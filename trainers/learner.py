@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
+from agents.weights import WeightsError, from_pretrained, load_folder, load_weights
 from trainers.algorithms import (
     AdaptiveKLController,
     FixedKLController,
@@ -38,7 +39,7 @@ from trainers.algorithms import (
     tis_weights,
     value_loss,
 )
-from trainers.checkpoint import check_weights
+from trainers.checkpoint import CheckpointError
 from trainers.config import RunConfig
 from trainers.critic import Critic
 
@@ -87,16 +88,6 @@ def _behaviour_logprobs(s: Sample) -> torch.Tensor:
     return torch.tensor([lp for lp, m in zip(lps[1:], s.loss_mask[1:], strict=True) if m])
 
 
-def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of an HF folder's safetensors files."""
-    from safetensors.torch import load_file
-
-    state: dict[str, torch.Tensor] = {}
-    for f in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(str(f)))
-    return state
-
-
 def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> torch.Tensor:
     """The model's logits through its own forward (logits_to_keep = the positions keep_K),
     or its body's last hidden state there: out_B_K_F."""
@@ -126,14 +117,14 @@ class TorchLearner:
         dtype = _DTYPES[cfg.model.dtype]
         self.compute_dtype = dtype
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-        model: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+        model: Any = from_pretrained(model_path, torch.float32)
         # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
         # the frozen pass and the update would score the same weights differently and the
         # step-0 ratio would not be 1
         self.model = model.to(self.device).eval()
         self.ref: Any = None
         if a.kl_coef > 0:  # the reference costs a model's memory: load only when used
-            ref: Any = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype)
+            ref: Any = from_pretrained(model_path, dtype)
             self.ref = ref.to(self.device).eval().requires_grad_(False)
         self.critic = (
             Critic(model_path, cfg, torch.float32).to(self.device) if a.name == "ppo" else None
@@ -586,9 +577,10 @@ class TorchLearner:
     def load_reference(self, reference_dir: str | Path) -> None:
         """On resume: the reference saved by `end_warmup` (no-op without KL)."""
         if self.ref is not None:
-            weights = _read_weights(Path(reference_dir))
-            check_weights(self.ref.state_dict(), weights)
-            self.ref.load_state_dict(weights, strict=False)  # strict but for tied weights
+            try:
+                load_folder(self.ref, reference_dir)
+            except WeightsError as e:
+                raise CheckpointError(str(e)) from None
 
     # -- weights and checkpoints ---------------------------------------------------
 
@@ -619,10 +611,12 @@ class TorchLearner:
         """Restore weights and optimizer saved by `save`; CheckpointError, with nothing
         changed, when a weight is missing (tied ones aside) or the optimizer is unreadable."""
         d = Path(directory)
-        weights = _read_weights(d / "model")
-        check_weights(self.model.state_dict(), weights)
-        extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
-        self.model.load_state_dict(weights, strict=False)  # strict but for tied weights
+        try:  # read through transformers (saved names may differ from in-memory ones)
+            saved = from_pretrained(d / "model", torch.float32).state_dict()
+            extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+            load_weights(self.model, saved)
+        except WeightsError as e:
+            raise CheckpointError(str(e)) from None
         self.opt.load_state_dict(extra["optimizer"])
         self.opt_steps = extra["opt_steps"]
         self.kl_ctl.value = extra.get("kl_coef", self.kl_ctl.value)

@@ -446,3 +446,52 @@ def test_approx_kl_is_the_mean_log_ratio_old_minus_new(tiny):
     # approx_kl averages over every token the update passes saw: 2 epochs x N tokens
     expected = float((old - new).sum()) / (2 * len(old))
     assert expected != 0 and metrics["approx_kl"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
+
+
+def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
+    """Saved Mixtral tensors are named per expert, in memory they are fused: reading the
+    safetensors by name would miss the router and the experts. Loads go through transformers
+    and are strict: only tied weights may be absent."""
+    from safetensors.torch import load_file, save_file
+
+    from agents.weights import WeightsError
+    from tests.agents.test_engine_hf import _mixtral, _without
+    from trainers.checkpoint import CheckpointError
+
+    base = _mixtral(tmp_path / "base", seed=0)
+    cfg = build_config([{"model": {"name": "tiny"}, "algorithm": {"kl_coef": 0.01}}], "math")
+    learner = TorchLearner(base, cfg)
+    with torch.no_grad():
+        for p in learner.model.parameters():
+            p.add_(0.5)
+    learner.save(tmp_path / "ckpt")
+    learner.end_warmup(tmp_path / "reference")  # the reference := the moved policy
+    other = TorchLearner(base, cfg)
+    other.load(tmp_path / "ckpt")
+    other.load_reference(tmp_path / "reference")
+    want = learner.model.state_dict()
+    for model in (other.model, other.ref):
+        got = model.state_dict()
+        assert all(torch.equal(got[k].float(), want[k].to(got[k].dtype).float()) for k in want)
+    # without the router (or one expert) the checkpoint is refused and nothing changes
+    weights = tmp_path / "ckpt" / "model" / "model.safetensors"
+    tensors = load_file(str(weights))
+    gate = "model.layers.0.block_sparse_moe.gate.weight"
+    save_file({k: v for k, v in tensors.items() if k != gate}, str(weights), {"format": "pt"})
+    fresh = TorchLearner(base, cfg)
+    before = {k: v.clone() for k, v in fresh.model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="lack 1 of the model's tensors"):
+        fresh.load(tmp_path / "ckpt")
+    assert all(torch.equal(before[k], v) for k, v in fresh.model.state_dict().items())
+    expert = "model.layers.0.block_sparse_moe.experts.1.w2.weight"
+    reference = load_file(str(tmp_path / "reference" / "model.safetensors"))
+    save_file(
+        {k: v for k, v in reference.items() if k != expert},
+        str(tmp_path / "reference" / "model.safetensors"),
+        {"format": "pt"},
+    )
+    with pytest.raises(CheckpointError, match="shape"):
+        fresh.load_reference(tmp_path / "reference")
+    # nor does training start from a model folder that lacks weights
+    with pytest.raises(WeightsError, match="lack"):
+        TorchLearner(_without(base, tmp_path / "no-gate", gate), cfg)
