@@ -104,14 +104,18 @@ def test_evaluate_reports_pass_at_k_and_the_metadata_breakdown() -> None:
 def test_model_spec_resolution(tmp_path) -> None:
     import json
 
+    from trainers.checkpoint import write_manifest
     from trainers.eval_run import resolve_eval_model
 
     run = tmp_path / "math-1"
-    for step in (2, 3):
+    for step in (2, 3, 5):
         ckpt = run / "checkpoints" / f"step-{step:06d}"
         (ckpt / "model").mkdir(parents=True)
-        (ckpt / "trainer_state.json").write_text(json.dumps({"step": step}))
+        (ckpt / "model" / "model.safetensors").write_bytes(b"w")
+        (ckpt / "trainer_state.json").write_text(json.dumps({"step": step, "version": step}))
+        write_manifest(ckpt)
     (run / "checkpoints" / ".tmp-step-000004").mkdir()  # an unfinished checkpoint is ignored
+    (run / "checkpoints" / "step-000005" / "model" / "model.safetensors").unlink()  # damaged
     (run / "config.yaml").write_text("env: {name: math}\n")
     ref = resolve_eval_model(str(run))  # a run: its latest complete checkpoint
     assert (ref.run_dir, ref.step, ref.path) == (
