@@ -23,11 +23,12 @@ train: setup
 	$(BIN)/skyrl train --env sql
 
 lint: setup
-	$(BIN)/ruff check $(PKGS) tests benchmarks
-	$(BIN)/ruff format --check $(PKGS) tests benchmarks
+	$(BIN)/ruff check $(PKGS) tests benchmarks examples
+	$(BIN)/ruff format --check $(PKGS) tests benchmarks examples
 
 typecheck: setup
 	$(BIN)/mypy
+	$(BIN)/mypy examples
 
 pytest: setup
 	$(BIN)/pytest -q

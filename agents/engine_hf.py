@@ -49,6 +49,27 @@ class HFEngine:
         self.version = version
 
     @torch.inference_mode()
+    def compute_logprobs(
+        self, sequences: list[list[int]], temperature: float = 1.0, chunk: int = 8
+    ) -> list[list[float]]:
+        """Log-prob of every token given the ones before it (the first token gets 0.0), under
+        softmax(logits / temperature): a reference model's scores, `chunk` sequences a pass."""
+        out: list[list[float]] = []
+        for i in range(0, len(sequences), chunk):
+            seqs = sequences[i : i + chunk]
+            width = max(map(len, seqs))
+            ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for b, s in enumerate(seqs):
+                ids[b, : len(s)] = torch.tensor(s)
+                mask[b, : len(s)] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            logp = torch.log_softmax(logits / temperature, -1).gather(-1, ids[:, 1:, None])[..., 0]
+            out += [[0.0, *logp[b, : len(s) - 1].tolist()] for b, s in enumerate(seqs)]
+        return out
+
+    @torch.inference_mode()
     def generate(
         self, requests: list[GenRequest], *, temperature: float, top_p: float = 1.0
     ) -> list[GenResult]:

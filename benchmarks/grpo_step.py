@@ -84,8 +84,9 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
     from agents.engine import GenRequest
     from agents.engine_hf import HFEngine
     from trainers.algorithms import grpo_advantages
+    from trainers.client import AdamParams, Datum
     from trainers.config import build_config
-    from trainers.learner import Sample, TorchLearner
+    from trainers.learner import TorchLearner
 
     P, G, N = a.prompts, a.group, a.max_new_tokens
     cfg = build_config(
@@ -109,8 +110,6 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
     learner = TorchLearner(model_path, cfg)
     chat = ChatFormat(engine.tokenizer)
     prompts_P = [chat.prompt_ids([{"role": "user", "content": p}]) for p in PROMPTS[:P]]
-    # The learner may take `prompt_len` to run a group's shared prompt once.
-    has_prompt_len = "prompt_len" in {f.name for f in dataclasses.fields(Sample)}
 
     times: list[float] = []
     lens: list[int] = []
@@ -124,16 +123,17 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
         texts = [engine.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in results]
         rewards_P_G = torch.tensor([reward(t) for t in texts]).view(P, G)
         adv_PG = grpo_advantages(rewards_P_G).flatten().tolist()
-        samples = [
-            Sample(
-                token_ids=q.prompt_ids + r.token_ids,
-                loss_mask=[0] * len(q.prompt_ids) + [1] * len(r.token_ids),
-                advantage=adv,
-                **({"prompt_len": len(q.prompt_ids)} if has_prompt_len else {}),
+        data = [
+            Datum.from_sequence(
+                q.prompt_ids + r.token_ids,
+                [0] * len(q.prompt_ids) + [1] * len(r.token_ids),
+                len(q.prompt_ids),  # the learner runs a group's shared prompt once
+                advantages=[adv] * (len(q.prompt_ids) + len(r.token_ids)),
             )
             for q, r, adv in zip(reqs, results, adv_PG, strict=True)
         ]
-        learner.train_step(samples)
+        learner.forward_backward(data, "ppo", {"loss_agg": "token-mean"})
+        learner.optim_step(AdamParams(LR))
         engine.update_weights(learner.state_dict(), step + 1)
         dt = time.perf_counter() - t0
         _log_step("skyrl", step, dt)

@@ -105,17 +105,17 @@ def _one_line(e: BaseException) -> str:
 
 
 def restore(
-    run: Any, learner: Any, engine: Any, note: Callable[[str], None]
+    run: Any, load: Callable[[Path, dict[str, Any]], None], note: Callable[[str], None]
 ) -> tuple[Path | None, dict[str, Any]]:
-    """Load the newest complete checkpoint of `run` into the learner, the engine and this
-    process's RNGs; returns it and its trainer state, or (None, {}) when the run has none.
+    """Load the newest complete checkpoint of `run` into the training and sampling clients
+    (`load(ckpt, state)`) and this process's RNGs; returns it and its trainer state, or
+    (None, {}) when the run has none.
 
     Newer checkpoints that do not count are reported through `note` and removed (the
     resumed run redoes their steps). When checkpoints exist but none counts, CheckpointError:
     starting over silently would throw the run's training away.
     """
     import numpy as np
-    import ray
     import torch
 
     skipped: list[str] = []
@@ -125,8 +125,7 @@ def restore(
             try:
                 rng = torch.load(ckpt / "rng.pt", weights_only=False)
                 state = json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))
-                ray.get(learner.load.remote(str(ckpt.resolve())))
-                ray.get(engine.load.remote(str(ckpt.resolve() / "model"), state["version"]))
+                load(ckpt, state)
             except Exception as e:  # noqa: BLE001 - any failure means: not this checkpoint
                 why = _one_line(e)
             else:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainers.algorithm_table import ALGORITHMS
+
 
 class _Section(BaseModel):
     # allow_inf_nan=False: .inf or .nan in any float field is refused, not trained with
@@ -104,7 +106,7 @@ LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"
 class AlgorithmConfig(_Section):
     """Advantage estimator, policy loss and update schedule (formulas in docs/algorithms.md).
 
-    Choosing `name` also applies that algorithm's preset (`ALGORITHM_PRESETS`) under
+    Choosing `name` also applies that algorithm's preset (`trainers/algorithm_table.py`) under
     anything the user sets, so `--set algorithm.name=dapo` alone gives DAPO's clip-higher.
     """
 
@@ -167,12 +169,14 @@ class AlgorithmConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> AlgorithmConfig:
-        if self.kl_in_reward and self.name not in ("ppo", "reinforce_pp"):
+        entry = ALGORITHMS[self.name]
+        if self.kl_in_reward and not entry.token_level:
+            token_level = [n for n, e in ALGORITHMS.items() if e.token_level]
             raise ValueError(
-                "kl_in_reward applies to ppo and reinforce_pp only; "
+                f"kl_in_reward applies to {' and '.join(token_level)} only; "
                 f"for {self.name} the KL goes into the loss (set kl_in_reward=false)"
             )
-        if self.dual_clip is not None and self.name == "gspo":
+        if self.dual_clip is not None and entry.loss == "gspo":
             raise ValueError("dual_clip is a per-token clip; gspo clips whole sequences (unset it)")
         if self.kl_target is not None and self.kl_coef == 0:
             raise ValueError("kl_target adapts kl_coef, which is 0; set an initial kl_coef > 0")
@@ -340,22 +344,6 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-# What `algorithm.name` implies, applied under the user's own settings (see build_config).
-ALGORITHM_PRESETS: dict[str, dict[str, Any]] = {
-    "grpo": {},
-    # no std division, no length normalisation (Liu et al. 2025)
-    "dr_grpo": {"normalize_std": False, "loss_agg": "seq-mean-token-sum-norm"},
-    # clip-higher and dynamic sampling (Yu et al. 2025); overlong shaping is sized per recipe
-    "dapo": {"clip_high": 0.28, "dynamic_sampling": True, "loss_agg": "token-mean"},
-    "rloo": {},
-    # KL to the reference in the token rewards, k1 as in the paper (Hu 2025)
-    "reinforce_pp": {"kl_coef": 0.01, "kl_in_reward": True, "kl_estimator": "k1"},
-    "ppo": {},
-    # the ratio is a per-token geometric mean, so the paper's clip range is tiny (Zheng et al. 2025)
-    "gspo": {"clip_low": 3e-4, "clip_high": 4e-4, "loss_agg": "seq-mean-token-mean"},
-}
-
-
 class ConfigError(ValueError):
     """A configuration problem, worded as one sentence for the user."""
 
@@ -441,9 +429,9 @@ def build_config(layers: list[dict[str, Any]], env_name: str | None = None) -> R
     merged = deep_merge(deep_merge(preset, merged), {"env": {"name": env}})
     algorithm = _section(merged, "algorithm").get("name", AlgorithmConfig().name)
     if (
-        isinstance(algorithm, str) and algorithm in ALGORITHM_PRESETS
+        isinstance(algorithm, str) and algorithm in ALGORITHMS
     ):  # an unknown name is reported by validation below
-        merged = deep_merge({"algorithm": ALGORITHM_PRESETS[algorithm]}, merged)
+        merged = deep_merge({"algorithm": dict(ALGORITHMS[algorithm].preset)}, merged)
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as e:

@@ -1,11 +1,14 @@
-"""The `torch` learner: the trainable policy, its optimizer, and one update per step.
+"""The `torch` learner: a model and its optimizer behind the training client (CPU or one GPU).
 
-The loop hands it finished trajectories (token ids, loss mask, the episode's reward and, for
-the group estimators, one advantage per sequence) and gets metrics back; ppo and
-reinforce_pp build token-level advantages here, where the critic and the reference live.
-Log-probs come from the model's own forward (as the engine's do), kept only at positions that
-predict a trained token (`logits_to_keep`): the vocabulary projection is a large share of a
-small model's compute, and prompt and environment positions never need it.
+It implements `trainers.client.Learner`: `forward_backward` runs the loss named by the
+client (trainers/losses.py) over one optimizer step's data, in micro-batches whose
+gradients accumulate until `optim_step`. The algorithm (advantages, KL in the reward, the
+update schedule) is the client's business. With `value_head=True` it is PPO's critic: the
+same transformer with a zero-initialised scalar head, trained with the `value` loss.
+Log-probs come from the model's own forward (as the engine's do), kept only at positions
+that predict a trained token (`logits_to_keep`): the vocabulary projection is a large share
+of a small model's compute, and prompt and environment positions never need it. Values
+are the critic's head on its body's hidden state at the same positions.
 """
 
 from __future__ import annotations
@@ -19,57 +22,35 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
-from agents.weights import WeightsError, from_pretrained, load_folder, load_weights
-from trainers.algorithms import (
-    AdaptiveKLController,
-    FixedKLController,
-    aggregation_weights,
-    entropy_from_logits,
-    explained_variance,
-    gae_advantages,
-    gspo_loss,
-    kl_k1,
-    kl_k2,
-    kl_k3,
-    masked_mean,
-    masked_whiten,
-    ppo_clip_loss,
-    reinforce_pp_advantages,
-    scheduled_lr,
-    tis_weights,
-    value_loss,
-)
+from agents.weights import WeightsError, from_pretrained, load_weights
+from trainers.algorithms import entropy_from_logits, value_loss
 from trainers.checkpoint import CheckpointError
+from trainers.client import AdamParams, Datum, ForwardBackwardOutput, micro_batches
 from trainers.config import RunConfig
-from trainers.critic import Critic
+from trainers.losses import policy_loss, sequence_weights
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
 class Sample:
-    """One trajectory as the learner sees it."""
+    """One sequence as the model code sees it: whole tokens, 0/1 loss mask, prompt length."""
 
     token_ids: list[int]
     loss_mask: list[int]
-    advantage: float = 0.0
-    """Sequence advantage (GRPO family); the token-level estimators (ppo, reinforce_pp) build
-    their own from `reward`."""
     prompt_len: int = 0
     """Leading tokens that are the prompt; samples of a group share them and the learner
     runs that prefix once per group instead of once per sample."""
-    reward: float = 0.0
-    """The episode's (shaped) reward."""
-    logprobs: list[float] | None = None
-    """The sampler's log-prob of each token (truncated importance sampling); None = unused."""
+
+    @staticmethod
+    def of(d: Datum) -> Sample:
+        mask = [0, *(1 if w else 0 for w in d.loss_fn_inputs["weights"])]
+        return Sample(d.tokens, mask, d.model_input.prompt_len)
 
     @property
     def n_loss(self) -> int:
         """Loss-carrying tokens (the first token is never predicted)."""
         return sum(self.loss_mask[1:])
-
-
-_KL = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
 def _rows(xs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,12 +63,6 @@ def _rows(xs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     return x_B_T, mask_B_T
 
 
-def _behaviour_logprobs(s: Sample) -> torch.Tensor:
-    """The sampler's log-probs at the loss positions (0 where the engine gave none)."""
-    lps = s.logprobs or [0.0] * len(s.token_ids)
-    return torch.tensor([lp for lp, m in zip(lps[1:], s.loss_mask[1:], strict=True) if m])
-
-
 def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> torch.Tensor:
     """The model's logits through its own forward (logits_to_keep = the positions keep_K),
     or its body's last hidden state there: out_B_K_F."""
@@ -97,48 +72,43 @@ def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> t
     return body(**inputs).last_hidden_state[:, keep_K]
 
 
-def _unrows(x_B_T: torch.Tensor, lengths: list[int]) -> list[torch.Tensor]:
-    return [x_B_T[b, :n] for b, n in enumerate(lengths)]
-
-
 class TorchLearner:
     """Single-process learner (CPU or one GPU)."""
 
-    def __init__(self, model_path: str | Path, cfg: RunConfig) -> None:
+    def __init__(self, model_path: str | Path, cfg: RunConfig, value_head: bool = False) -> None:
         if cfg.trainer.threads:
             torch.set_num_threads(cfg.trainer.threads)
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
-        a = cfg.algorithm
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         # Trained weights stay float32 (the master copy) and the forward runs under autocast
         # in model.dtype: an AdamW step of ~lr = 1e-5 is below bf16's resolution for most
         # weights, so bf16 weights stepped in place would mostly not move.
-        dtype = _DTYPES[cfg.model.dtype]
-        self.compute_dtype = dtype
+        self.compute_dtype = _DTYPES[cfg.model.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, torch.float32)
         # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
         # the frozen pass and the update would score the same weights differently and the
         # step-0 ratio would not be 1
         self.model = model.to(self.device).eval()
-        self.ref: Any = None
-        if a.kl_coef > 0:  # the reference costs a model's memory: load only when used
-            ref: Any = from_pretrained(model_path, dtype)
-            self.ref = ref.to(self.device).eval().requires_grad_(False)
-        self.critic = (
-            Critic(model_path, cfg, torch.float32).to(self.device) if a.name == "ppo" else None
-        )
-        o = cfg.optim
+        self.head: torch.nn.Linear | None = None
+        self.params = list(self.model.parameters())
+        if value_head:
+            # zero-initialised: the first values are 0, the first advantages are the returns;
+            # V_t is read where token t is predicted, the state in which it is sampled
+            self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=torch.float32)
+            torch.nn.init.zeros_(self.head.weight)
+            torch.nn.init.zeros_(self.head.bias)
+            self.head.to(self.device)
+            body = getattr(model, model.base_model_prefix)
+            self.params = [*body.parameters(), *self.head.parameters()]
+        self.reset_optimizer()
+
+    def reset_optimizer(self) -> None:
+        """A fresh AdamW (its hyper-parameters come with every `optim_step`)."""
+        o = self.cfg.optim
         self.opt = torch.optim.AdamW(
-            self.model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
-        )
-        self.opt_steps = 0
-        self._sft_opt: torch.optim.Optimizer | None = None
-        self.kl_ctl: FixedKLController | AdaptiveKLController = (
-            AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon)
-            if a.kl_target
-            else FixedKLController(a.kl_coef)
+            self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
         )
 
     # -- log-probs -----------------------------------------------------------------
@@ -260,327 +230,143 @@ class TorchLearner:
         targets_B_C = torch.cat([ids_B_S[:, :1], ids_B_S[:, 1:][:, keep_K]], dim=1)
         return out_B_C_F, pred_B_C, targets_B_C
 
-    @torch.no_grad()
-    def forward_logprobs(self, batch: list[Sample]) -> list[list[float]]:
-        """Per-sequence log-probs of the loss-carrying tokens, in order."""
-        out: list[list[float]] = []
-        for mb in self._micro_batches(batch):
-            logp_N, _, seq_N = self._token_logprobs(self.model, [batch[i] for i in mb])
-            for b in range(len(mb)):
-                out.append(logp_N[seq_N == b].tolist())
-        return out
+    # -- the client's calls ---------------------------------------------------------
 
-    def _micro_batches(self, batch: list[Sample]) -> list[list[int]]:
-        """Indices of runs of samples that share a prompt (a group), cut to the micro-batch
-        size (and never larger than a mini-batch)."""
-        a = self.cfg.algorithm
-        m = min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size)
-        out: list[list[int]] = []
-        for i, s in enumerate(batch):
-            first = batch[out[-1][0]] if out else None
-            same = (
-                first is not None
-                and s.prompt_len == first.prompt_len
-                and s.token_ids[: s.prompt_len] == first.token_ids[: s.prompt_len]
+    def forward_backward(
+        self, data: list[Datum], loss_fn: str, loss_fn_config: dict[str, Any] | None = None
+    ) -> ForwardBackwardOutput:
+        """Loss over `data` (one optimizer step's worth: aggregation spans it) and its
+        gradients, accumulated micro-batch by micro-batch."""
+        c = loss_fn_config or {}
+        batch = [Sample.of(d) for d in data]
+        if loss_fn == "cross_entropy":
+            return self._cross_entropy(batch, c)
+        if loss_fn == "value":
+            return self._value(data, batch, c)
+        lengths = [s.n_loss for s in batch]
+        w_B = sequence_weights(lengths, c)
+        sums: dict[str, float] = defaultdict(float)
+        outputs: list[dict[str, list[float]]] = []
+        for mb in self._micro(batch):
+            samples = [batch[i] for i in mb]
+            logp_N, ent_N, _ = self._token_logprobs(self.model, samples, with_entropy=True)
+            logp_B_T, mask_B_T = _rows(list(logp_N.split([lengths[i] for i in mb])))
+            ent_B_T, _ = _rows(list(ent_N.split([lengths[i] for i in mb])))
+            inputs = self._inputs(data, mb)
+            old_B_T = inputs.get("logprobs", logp_B_T.detach())
+            part, part_sums = policy_loss(
+                loss_fn,
+                c,
+                logp_B_T,
+                ent_B_T,
+                mask_B_T,
+                inputs["advantages"],
+                old_B_T,
+                torch.tensor([w_B[i] for i in mb], device=self.device),
+                inputs.get("sampler_logprobs"),
+                inputs.get("ref_logprobs"),
             )
-            if same and len(out[-1]) < m:
-                out[-1].append(i)
-            else:
-                out.append([i])
-        return out
-
-    def _mini_batches(self, micro: list[list[int]]) -> list[list[list[int]]]:
-        """Consecutive micro-batches grouped into optimizer steps of <= mini_batch_size
-        sequences (0 = one optimizer step for the whole batch)."""
-        size = self.cfg.algorithm.mini_batch_size
-        out: list[list[list[int]]] = []
-        for mb in micro:
-            if out and (not size or sum(map(len, out[-1])) + len(mb) <= size):
-                out[-1].append(mb)
-            else:
-                out.append([mb])
-        return out
-
-    # -- update --------------------------------------------------------------------
+            part.backward()
+            sums["loss:sum"] += part.item()
+            for k, v in part_sums.items():
+                sums[k] += v
+            outputs += [{"logprobs": x.tolist()} for x in _split(logp_B_T, mask_B_T)]
+        return ForwardBackwardOutput(outputs, dict(sums))
 
     @torch.no_grad()
-    def _frozen(
-        self, batch: list[Sample], micro: list[list[int]], need_old: bool
-    ) -> dict[str, list[torch.Tensor | None]]:
-        """Per-sample numbers fixed for the whole step, at the loss positions: the policy's
-        log-probs before the update (`old`), the reference's (`ref`), the critic's values."""
-        out: dict[str, list[torch.Tensor | None]] = {
-            k: [None] * len(batch) for k in ("old", "ref", "values")
-        }
-        for mb in micro:
+    def forward(self, data: list[Datum], loss_fn: str = "cross_entropy") -> ForwardBackwardOutput:
+        """Log-probs (or, for `value`, values) at each datum's loss positions; no gradient."""
+        batch = [Sample.of(d) for d in data]
+        out: list[dict[str, list[float]]] = []
+        for mb in self._micro(batch):
             samples = [batch[i] for i in mb]
             counts = [s.n_loss for s in samples]
-            parts: dict[str, tuple[torch.Tensor, ...]] = {}
-            if need_old:
-                parts["old"] = self._token_logprobs(self.model, samples)[0].split(counts)
-            if self.ref is not None:
-                parts["ref"] = self._token_logprobs(self.ref, samples)[0].split(counts)
-            if self.critic is not None:
-                hidden_N_H = self._loss_outputs(self.critic.model, samples, logits=False)[0]
-                parts["values"] = self.critic.values(hidden_N_H).split(counts)
-            for key, per_sample in parts.items():
-                for i, x in zip(mb, per_sample, strict=True):
-                    out[key][i] = x
-        return out
+            if loss_fn == "value":
+                key, x_N = "values", self._values(samples)
+            else:
+                key, x_N = "logprobs", self._token_logprobs(self.model, samples)[0]
+            out += [{key: x.tolist()} for x in x_N.split(counts)]
+        return ForwardBackwardOutput(out, {})
 
-    @torch.no_grad()
-    def _advantages(
-        self, batch: list[Sample], frozen: dict[str, list[Any]], beta: float
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-        """Token advantages per sample (and PPO's returns). Sequence estimators were computed
-        by the loop; REINFORCE++ and PPO need the step's KL and values, so they live here."""
-        a = self.cfg.algorithm
-        lengths = [s.n_loss for s in batch]
-        dev = self.device
-        if a.name not in ("reinforce_pp", "ppo"):
-            return [
-                torch.full((n,), s.advantage, device=dev)
-                for s, n in zip(batch, lengths, strict=True)
-            ], None
-        rewards_B = torch.tensor([s.reward for s in batch], device=dev)
-        zeros = [torch.zeros(n, device=dev) for n in lengths]
-        kl_B_T, mask_B_T = _rows(
-            [_KL[a.kl_estimator](o, r) for o, r in zip(frozen["old"], frozen["ref"], strict=True)]
-            if a.kl_in_reward and self.ref is not None
-            else zeros
-        )
-        beta_r = beta if a.kl_in_reward else 0.0
-        if a.name == "reinforce_pp":
-            adv_B_T = reinforce_pp_advantages(rewards_B, kl_B_T, mask_B_T, beta_r)
-            return _unrows(adv_B_T, lengths), None
-        # PPO: the episode reward on the last model token, the KL penalty on every token
-        token_rewards_B_T = -beta_r * kl_B_T
-        for b, n in enumerate(lengths):
-            if n:
-                token_rewards_B_T[b, n - 1] += rewards_B[b]
-        values_B_T, _ = _rows([v for v in frozen["values"]])
-        adv_B_T, returns_B_T = gae_advantages(
-            token_rewards_B_T, values_B_T, mask_B_T, a.gamma, a.lam
-        )
-        adv_B_T = masked_whiten(adv_B_T, mask_B_T)
-        return _unrows(adv_B_T, lengths), _unrows(returns_B_T, lengths)
-
-    def train_step(self, batch: list[Sample]) -> dict[str, float]:
-        """PPO-style update on one step's samples: `ppo_epochs` passes of mini-batches, each
-        an optimizer step over accumulated micro-batches. Returns loss and health metrics."""
-        a, o = self.cfg.algorithm, self.cfg.optim
-        micro = self._micro_batches(batch)
-        minis = self._mini_batches(micro)
-        n_updates = a.ppo_epochs * len(minis)
-        # with a single optimizer step the old policy *is* the current one: skip its forward
-        need_old = n_updates > 1 or a.tis_cap is not None or (a.kl_in_reward and a.kl_coef > 0)
-        frozen = self._frozen(batch, micro, need_old)
-        beta = self.kl_ctl.value
-        adv, returns = self._advantages(batch, frozen, beta)
-        lengths = [s.n_loss for s in batch]
-        constant = a.loss_agg_constant or self.cfg.rollout.max_new_tokens * self.cfg.env.max_turns
-        total_updates = self.cfg.trainer.max_steps * n_updates
-        sums: dict[str, float] = defaultdict(float)
-        grad_norm = critic_norm = lr = 0.0
-        for _ in range(a.ppo_epochs):
-            for mini in minis:
-                idx = [i for mb in mini for i in mb]
-                w_B = aggregation_weights(
-                    torch.tensor([lengths[i] for i in idx]), a.loss_agg, constant
-                )
-                weight = dict(zip(idx, w_B.tolist(), strict=True))
-                mini_tokens = max(1, sum(lengths[i] for i in idx))
-                self.opt.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    self.critic.opt.zero_grad(set_to_none=True)
-                for mb in mini:
-                    part = self._micro_loss(batch, mb, frozen, adv, weight, beta, sums)
-                    part.backward()
-                    sums["loss"] += part.item()
-                    if self.critic is not None and returns is not None:
-                        self._critic_loss(batch, mb, frozen, returns, mini_tokens, sums).backward()
-                lr = scheduled_lr(
-                    o.lr, self.opt_steps, o.warmup_steps, total_updates, o.schedule, o.min_lr_ratio
-                )
-                grad_norm = float(
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), o.grad_clip)
-                )
-                for group in self.opt.param_groups:
-                    group["lr"] = lr
-                if math.isfinite(grad_norm):
-                    self.opt.step()
-                if self.critic is not None:
-                    critic_norm = self.critic.step(lr * a.critic_lr / o.lr)
-                self.opt_steps += 1
-        return self._step_metrics(batch, frozen, adv, returns, sums, n_updates, beta) | {
-            "grad_norm": grad_norm,
-            "lr": lr,
-            **({"critic/grad_norm": critic_norm} if self.critic is not None else {}),
-        }
-
-    def _micro_loss(
-        self,
-        batch: list[Sample],
-        mb: list[int],
-        frozen: dict[str, list[Any]],
-        adv: list[torch.Tensor],
-        weight: dict[int, float],
-        beta: float,
-        sums: dict[str, float],
-    ) -> torch.Tensor:
-        """The weighted policy loss of one micro-batch (its share of the mini-batch aggregate)."""
-        a = self.cfg.algorithm
-        samples = [batch[i] for i in mb]
-        counts = [s.n_loss for s in samples]
-        logp_N, ent_N, _ = self._token_logprobs(self.model, samples, with_entropy=True)
-        logp_B_T, mask_B_T = _rows(list(logp_N.split(counts)))
-        ent_B_T, _ = _rows(list(ent_N.split(counts)))
-        old = [frozen["old"][i] for i in mb]
-        old_B_T = _rows(old)[0] if old[0] is not None else logp_B_T.detach()
-        adv_B_T, _ = _rows([adv[i] for i in mb])
-        if a.name == "gspo":
-            pg_B_T, clipped_B_T = gspo_loss(
-                logp_B_T, old_B_T, adv_B_T, mask_B_T, a.clip_low, a.clip_high
+    def optim_step(self, adam: AdamParams) -> dict[str, float]:
+        """Clip the accumulated gradients, step (skipped when their norm is not finite), zero."""
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, adam.grad_clip_norm))
+        for group in self.opt.param_groups:
+            group.update(
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
             )
-        else:
-            pg_B_T, clipped_B_T = ppo_clip_loss(
-                logp_B_T, old_B_T, adv_B_T, a.clip_low, a.clip_high, a.dual_clip
-            )
-        loss_B_T = pg_B_T
-        if a.tis_cap is not None:
-            behaviour = [_behaviour_logprobs(s).to(self.device) for s in samples]
-            behaviour_B_T, _ = _rows(behaviour)
-            tis_B_T = tis_weights(old_B_T, behaviour_B_T, a.tis_cap)
-            loss_B_T = loss_B_T * tis_B_T
-            sums["tis_weight"] += float((tis_B_T * mask_B_T).sum())
-        if self.ref is not None:
-            ref_B_T, _ = _rows([frozen["ref"][i] for i in mb])
-            kl_B_T = _KL[a.kl_estimator](logp_B_T, ref_B_T)
-            if not a.kl_in_reward:
-                loss_B_T = loss_B_T + beta * kl_B_T
-            sums["kl"] += float((kl_B_T.detach() * mask_B_T).sum())
-        if a.entropy_coef:
-            loss_B_T = loss_B_T - a.entropy_coef * ent_B_T
-        w_B = torch.tensor([weight[i] for i in mb], device=loss_B_T.device)
-        m = mask_B_T.float()
-        sums["tokens"] += float(m.sum())
-        sums["pg_loss"] += float((pg_B_T.detach() * m).sum())
-        sums["entropy"] += float((ent_B_T.detach() * m).sum())
-        sums["clip_frac"] += float((clipped_B_T * m).sum())
-        # the tokens were sampled from the old policy: mean(old - new) estimates KL(old || new)
-        sums["approx_kl"] += float(((old_B_T - logp_B_T.detach()) * m).sum())
-        return (loss_B_T * m * w_B[:, None]).sum()
+        if math.isfinite(grad_norm):
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return {"grad_norm": grad_norm}
 
-    def _critic_loss(
-        self,
-        batch: list[Sample],
-        mb: list[int],
-        frozen: dict[str, list[Any]],
-        returns: list[torch.Tensor],
-        mini_tokens: int,
-        sums: dict[str, float],
-    ) -> torch.Tensor:
-        """The clipped value loss of one micro-batch, weighted to a token mean over its mini-batch."""
-        assert self.critic is not None
-        samples = [batch[i] for i in mb]
-        counts = [s.n_loss for s in samples]
-        hidden_N_H = self._loss_outputs(self.critic.model, samples, logits=False)[0]
-        values_N = self.critic.values(hidden_N_H)
-        values_B_T, mask_B_T = _rows(list(values_N.split(counts)))
-        old_B_T, _ = _rows([frozen["values"][i] for i in mb])
-        returns_B_T, _ = _rows([returns[i] for i in mb])
-        loss, clip_frac = value_loss(
-            values_B_T, old_B_T, returns_B_T, mask_B_T, self.cfg.algorithm.value_clip
-        )
-        n = float(mask_B_T.sum())
-        sums["value_loss"] += float(loss.detach()) * n
-        sums["value_clip_frac"] += float(clip_frac) * n
-        return loss * (n / mini_tokens)
+    # -- losses beyond the policy's -------------------------------------------------
 
-    def _step_metrics(
-        self,
-        batch: list[Sample],
-        frozen: dict[str, list[Any]],
-        adv: list[torch.Tensor],
-        returns: list[torch.Tensor] | None,
-        sums: dict[str, float],
-        n_updates: int,
-        beta: float,
-    ) -> dict[str, float]:
-        a = self.cfg.algorithm
-        seen = max(1.0, sums["tokens"])
-        adv_all = torch.cat(adv) if adv else torch.zeros(0)
-        out = {
-            "loss": sums["loss"] / n_updates,
-            "pg_loss": sums["pg_loss"] / seen,
-            "kl": sums["kl"] / seen,
-            "kl_coef": beta,
-            "entropy": sums["entropy"] / seen,
-            "clip_frac": sums["clip_frac"] / seen,
-            "approx_kl": sums["approx_kl"] / seen,
-            "adv/mean": float(adv_all.mean()) if adv_all.numel() else 0.0,
-            "adv/std": float(adv_all.std()) if adv_all.numel() > 1 else 0.0,
-            "updates": float(n_updates),
-            "trained_tokens": float(sum(s.n_loss for s in batch)),
-        }
-        if a.tis_cap is not None:
-            out["tis/mean_weight"] = sums["tis_weight"] / seen
-        if self.critic is not None and returns is not None:
-            values_B_T, mask_B_T = _rows([v for v in frozen["values"]])
-            returns_B_T, _ = _rows(returns)
-            out["value_loss"] = sums["value_loss"] / seen
-            out["value_clip_frac"] = sums["value_clip_frac"] / seen
-            out["explained_variance"] = float(explained_variance(values_B_T, returns_B_T, mask_B_T))
-            out["returns/mean"] = float(masked_mean(returns_B_T, mask_B_T.float()))
-        # the controller moves after the step, on the KL this step measured
-        self.kl_ctl.update(out["kl"], len(batch))
-        return out
-
-    # -- supervised warm-up --------------------------------------------------------
-
-    def sft_step(self, batch: list[Sample], lr: float) -> dict[str, float]:
-        """One supervised step (warm-up before RL): mean negative log-likelihood of the
-        loss-carrying tokens, with an AdamW of its own so the RL optimizer starts fresh."""
-        if self._sft_opt is None:
-            o = self.cfg.optim
-            self._sft_opt = torch.optim.AdamW(
-                self.model.parameters(), lr=lr, betas=o.betas, weight_decay=o.weight_decay
-            )
-        for group in self._sft_opt.param_groups:
-            group["lr"] = lr
+    def _cross_entropy(self, batch: list[Sample], c: dict[str, Any]) -> ForwardBackwardOutput:
+        """Negative log-likelihood of the loss tokens: summed (Tinker's), or with
+        `loss_agg=token-mean` divided by the call's loss tokens. Supervised examples rarely
+        share a prompt, so micro-batches are plain runs of `micro_batch_size`."""
         tokens = max(1, sum(s.n_loss for s in batch))
+        norm = tokens if c.get("loss_agg") == "token-mean" else 1
         size = self.cfg.algorithm.micro_batch_size
-        self._sft_opt.zero_grad(set_to_none=True)
         total = 0.0
+        outputs: list[dict[str, list[float]]] = []
         for i in range(0, len(batch), size):
+            samples = batch[i : i + size]
             # supervised learning is at temperature 1, whatever the sampler's temperature
-            logp_N, _, _ = self._token_logprobs(self.model, batch[i : i + size], temperature=1.0)
-            loss = -logp_N.sum() / tokens
+            logp_N, _, _ = self._token_logprobs(self.model, samples, temperature=1.0)
+            loss = -logp_N.sum() / norm
             loss.backward()
             total += loss.item()
-        grad_norm = float(
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
-        )
-        if math.isfinite(grad_norm):
-            self._sft_opt.step()
-        return {"sft_loss": total, "grad_norm": grad_norm, "tokens": float(tokens)}
+            counts = [s.n_loss for s in samples]
+            outputs += [{"logprobs": x.tolist()} for x in logp_N.detach().split(counts)]
+        return ForwardBackwardOutput(outputs, {"loss:sum": total, "tokens": float(tokens)})
 
-    def end_warmup(self, reference_dir: str | Path) -> None:
-        """Drop the warm-up optimizer. When KL is on, the reference becomes the warmed-up
-        policy (RL's KL then keeps near what the warm-up taught, not the base model), saved
-        to `reference_dir` for resume."""
-        self._sft_opt = None
-        if self.ref is not None:
-            self.ref.load_state_dict(self.model.state_dict())
-            self.ref.save_pretrained(Path(reference_dir), safe_serialization=True)
+    def _value(
+        self, data: list[Datum], batch: list[Sample], c: dict[str, Any]
+    ) -> ForwardBackwardOutput:
+        """PPO's clipped value loss (`value_clip`), a token mean over the call's loss tokens;
+        needs `returns` and the rollout-time `values`."""
+        call_tokens = max(1, sum(s.n_loss for s in batch))
+        sums: dict[str, float] = defaultdict(float)
+        outputs: list[dict[str, list[float]]] = []
+        for mb in self._micro(batch):
+            samples = [batch[i] for i in mb]
+            values_N = self._values(samples)
+            values_B_T, mask_B_T = _rows(list(values_N.split([s.n_loss for s in samples])))
+            inputs = self._inputs(data, mb)
+            loss, clip_frac = value_loss(
+                values_B_T, inputs["values"], inputs["returns"], mask_B_T, c["value_clip"]
+            )
+            n = float(mask_B_T.sum())
+            (loss * (n / call_tokens)).backward()
+            sums["value_loss:sum"] += float(loss.detach()) * n
+            sums["value_clip_frac:sum"] += float(clip_frac) * n
+            outputs += [{"values": x.tolist()} for x in _split(values_B_T.detach(), mask_B_T)]
+        return ForwardBackwardOutput(outputs, dict(sums))
 
-    def load_reference(self, reference_dir: str | Path) -> None:
-        """On resume: the reference saved by `end_warmup` (no-op without KL)."""
-        if self.ref is not None:
-            try:
-                load_folder(self.ref, reference_dir)
-            except WeightsError as e:
-                raise CheckpointError(str(e)) from None
+    def _values(self, samples: list[Sample]) -> torch.Tensor:
+        """V at each loss position: value_N."""
+        if self.head is None:
+            raise ValueError("the value loss needs a learner built with value_head=True")
+        hidden_N_H = self._loss_outputs(self.model, samples, logits=False)[0]
+        return self.head(hidden_N_H.to(self.head.weight.dtype)).float()[:, 0]
+
+    def _micro(self, batch: list[Sample]) -> list[list[int]]:
+        a = self.cfg.algorithm
+        keys = [(s.prompt_len, tuple(s.token_ids[: s.prompt_len])) for s in batch]
+        return micro_batches(keys, min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size))
+
+    def _inputs(self, data: list[Datum], mb: list[int]) -> dict[str, torch.Tensor]:
+        """The micro-batch's per-token inputs at the loss positions, as rows: key -> x_B_T."""
+        keys = [k for k in data[mb[0]].loss_fn_inputs if k not in ("target_tokens", "weights")]
+        return {
+            k: _rows([torch.tensor(data[i].at_loss(k), device=self.device) for i in mb])[0]
+            for k in keys
+        }
 
     # -- weights and checkpoints ---------------------------------------------------
 
@@ -591,26 +377,32 @@ class TorchLearner:
             for k, v in self.model.state_dict().items()
         }
 
-    def save(self, directory: str | Path) -> None:
-        """Write an HF-format model folder plus the optimizer state into `directory`."""
-        d = Path(directory)
-        self.model.save_pretrained(d / "model", safe_serialization=True)
-        self.tokenizer.save_pretrained(d / "model")
-        torch.save(
-            {
-                "optimizer": self.opt.state_dict(),
-                "opt_steps": self.opt_steps,
-                "kl_coef": self.kl_ctl.value,
-            },
-            d / "optimizer.pt",
-        )
-        if self.critic is not None:
-            self.critic.save(d)
+    def save_weights(self, directory: str | Path) -> None:
+        """The weights as an HF model folder (what an engine loads)."""
+        self.model.save_pretrained(Path(directory), safe_serialization=True)
+        self.tokenizer.save_pretrained(Path(directory))
 
-    def load(self, directory: str | Path) -> None:
-        """Restore weights and optimizer saved by `save`; CheckpointError, with nothing
-        changed, when a weight is missing (tied ones aside) or the optimizer is unreadable."""
+    def save_state(self, directory: str | Path) -> None:
+        """Weights and optimizer into `directory`: the policy as `model/` + `optimizer.pt`,
+        a critic as `critic.pt`, so both share one checkpoint folder."""
         d = Path(directory)
+        if self.head is not None:
+            state = {"model": self.model.state_dict(), "head": self.head.state_dict()}
+            torch.save({**state, "optimizer": self.opt.state_dict()}, d / "critic.pt")
+            return
+        self.save_weights(d / "model")
+        torch.save({"optimizer": self.opt.state_dict()}, d / "optimizer.pt")
+
+    def load_state(self, directory: str | Path) -> None:
+        """Restore what `save_state` wrote; CheckpointError, with nothing changed, when a
+        weight is missing (tied ones aside) or the optimizer is unreadable."""
+        d = Path(directory)
+        if self.head is not None:
+            state = torch.load(d / "critic.pt", map_location=self.device, weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.head.load_state_dict(state["head"])
+            self.opt.load_state_dict(state["optimizer"])
+            return
         try:  # read through transformers (saved names may differ from in-memory ones)
             saved = from_pretrained(d / "model", torch.float32).state_dict()
             extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
@@ -618,7 +410,8 @@ class TorchLearner:
         except WeightsError as e:
             raise CheckpointError(str(e)) from None
         self.opt.load_state_dict(extra["optimizer"])
-        self.opt_steps = extra["opt_steps"]
-        self.kl_ctl.value = extra.get("kl_coef", self.kl_ctl.value)
-        if self.critic is not None:
-            self.critic.load(d, self.device)
+
+
+def _split(x_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> list[torch.Tensor]:
+    """Rows back to ragged 1-D tensors."""
+    return [x_B_T[b, : int(mask_B_T[b].sum())].detach() for b in range(len(x_B_T))]

@@ -1,16 +1,21 @@
-"""Ray placement: start or join a cluster, and put the learner and the engine on it.
+"""Placement: where the backends behind the training and sampling clients run.
 
-The loop only sees two handles with the Learner and Engine methods; that these are Ray
-actors (and, later, DeepSpeed groups or vLLM servers on GPUs) is this module's business.
+The loop only sees `TrainingClient` and `SamplingClient`; that their backends are Ray
+actors here (and, later, FSDP/DeepSpeed groups or vLLM servers on GPUs) is this module's
+business. The only module that imports ray.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.sampling import Local, SamplingClient
+from trainers.algorithm_table import ALGORITHMS
+from trainers.client import TrainingClient
 from trainers.config import RunConfig
 
 # Workers inherit these (also on a cluster we join): no progress bars or banners in the log.
@@ -69,65 +74,83 @@ def _threads(cfg: RunConfig) -> int:
     return cfg.trainer.threads or os.cpu_count() or 1
 
 
-class _EngineWorker:
-    """Ray actor around an engine (the import happens in the worker, not the driver)."""
+def _build(kind: str, model_path: str, cfg: RunConfig) -> Any:
+    """A backend object (imports happen where it runs: in a Ray worker, not the driver)."""
+    import torch
 
-    def __init__(self, model_path: str, dtype: str, threads: int) -> None:
+    torch.set_num_threads(_threads(cfg))
+    if kind == "engine":
         from agents.engine_hf import HFEngine
 
-        self.engine = HFEngine(model_path, dtype=dtype, threads=threads)
+        return HFEngine(model_path, dtype=cfg.model.dtype, threads=_threads(cfg))
+    from trainers.learner import TorchLearner
 
-    def generate(self, requests: list[Any], temperature: float, top_p: float) -> list[Any]:
-        return self.engine.generate(requests, temperature=temperature, top_p=top_p)
-
-    def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
-        self.engine.update_weights(named_tensors, version)
-
-    def load(self, model_path: str, version: int) -> None:
-        self.engine.load(model_path, version)
+    return TorchLearner(model_path, cfg, value_head=kind == "critic")
 
 
-class _LearnerWorker:
-    def __init__(self, model_path: str, cfg: RunConfig, threads: int) -> None:
-        import torch
+class _Worker:
+    """A Ray actor holding one backend; `call` runs any of its methods."""
 
-        from trainers.learner import TorchLearner
+    def __init__(self, kind: str, model_path: str, cfg: RunConfig) -> None:
+        self.backend = _build(kind, model_path, cfg)
 
-        torch.set_num_threads(threads)
-        self.learner = TorchLearner(model_path, cfg)
-
-    def train_step(self, batch: list[Any]) -> dict[str, float]:
-        return self.learner.train_step(batch)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.learner.state_dict()
-
-    def sft_step(self, batch: list[Any], lr: float) -> dict[str, float]:
-        return self.learner.sft_step(batch, lr)
-
-    def end_warmup(self, reference_dir: str) -> None:
-        self.learner.end_warmup(reference_dir)
-
-    def load_reference(self, reference_dir: str) -> None:
-        self.learner.load_reference(reference_dir)
-
-    def save(self, directory: str) -> None:
-        self.learner.save(directory)
-
-    def load(self, directory: str) -> None:
-        self.learner.load(directory)
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.backend, method)(*args, **kwargs)
 
 
-def place(cfg: RunConfig, model_path: Path) -> tuple[Any, Any]:
-    """Create (learner, engine) actors. num_cpus=0: on a laptop both share every core,
-    taking turns (the sync schedule never runs them at once)."""
-    import ray
+class _RayFuture:
+    """A pending actor call; passed to another call it travels as a reference, so weights go
+    learner -> engine without a stop in the driver."""
 
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        import ray
+
+        return ray.get(self.ref)
+
+
+class _RayHandle:
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> _RayFuture:
+        args = tuple(a.ref if isinstance(a, _RayFuture) else a for a in args)
+        return _RayFuture(self.actor.call.remote(method, *args, **kwargs))
+
+
+@dataclass
+class Clients:
+    """What a run trains and samples with."""
+
+    policy: TrainingClient
+    """The policy; `policy.sampling_client()` samples from it."""
+    critic: TrainingClient | None
+    """A value model (algorithms whose table entry has `critic`)."""
+    reference: SamplingClient | None
+    """The frozen reference model that the KL is measured against (`kl_coef` > 0)."""
+
+
+def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
+    """Build the clients' backends: in this process (`local`), or as Ray actors on the
+    cluster at `ray.address` (a private local one by default). num_cpus=0: on a laptop
+    every actor shares every core, taking turns (the sync schedule never runs them at once)."""
     if cfg.rollout.engine != "hf":
         raise ValueError(
             f"rollout.engine={cfg.rollout.engine!r} needs a GPU build that is not installed; use hf"
         )
-    threads = _threads(cfg)
-    learner = ray.remote(num_cpus=0)(_LearnerWorker).remote(str(model_path), cfg, threads)
-    engine = ray.remote(num_cpus=0)(_EngineWorker).remote(str(model_path), cfg.model.dtype, threads)
-    return learner, engine
+    if local:
+        make: Any = lambda kind: Local(_build(kind, str(model_path), cfg))  # noqa: E731
+    else:
+        import ray
+
+        start_ray(cfg.ray.address)
+        actor = ray.remote(num_cpus=0)(_Worker)
+        make = lambda kind: _RayHandle(actor.remote(kind, str(model_path), cfg))  # noqa: E731
+    entry = ALGORITHMS[cfg.algorithm.name]
+    return Clients(
+        policy=TrainingClient(make("learner"), SamplingClient(make("engine"))),
+        critic=TrainingClient(make("critic")) if entry.critic else None,
+        reference=SamplingClient(make("engine")) if cfg.algorithm.kl_coef > 0 else None,
+    )

@@ -455,7 +455,7 @@ def test_multi_turn_overlong_penalty_judges_each_turn_by_its_own_limit():
     costs the full 0.5 although the episode's 58 tokens are far below 2 x 48 - 16 = 80."""
     from agents.trajectory import Trajectory
     from trainers.config import build_config
-    from trainers.sync import shaped_reward
+    from trainers.steps import shaped_reward
 
     def pen(lengths, limits):
         out = turn_overlong_penalty(torch.tensor(lengths), torch.tensor(limits), 16, 0.5)

@@ -1,4 +1,5 @@
-"""The learner's shared-prompt forward is the plain forward, done cheaper (tiny model)."""
+"""The torch learner behind the training client, and one step of the update the loop runs
+through it (`trainers.steps.train_step`), on the tiny model in this process."""
 
 import math
 
@@ -6,8 +7,21 @@ import pytest
 import torch
 
 from agents.models import resolve_model
+from agents.trajectory import Trajectory
+from trainers.algorithms import AdaptiveKLController, FixedKLController
+from trainers.client import AdamParams, Datum
 from trainers.config import build_config
 from trainers.learner import Sample, TorchLearner
+from trainers.placement import place
+from trainers.steps import (
+    Learning,
+    attach,
+    build_data,
+    compute_advantages,
+    freeze,
+    loss_config,
+    train_step,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +38,7 @@ def _group(prompt_len=12, lens=(5, 9, 3)):
         env = [7, 8] if i == 1 else []  # an environment turn inside the response (mask 0)
         mask = [0] * prompt_len + [1] * n + [0] * len(env) + ([1, 1] if env else [])
         ids = prompt + resp + env + ([11, 12] if env else [])
-        out.append(Sample(ids, mask, advantage=float(i) - 1.0, prompt_len=prompt_len))
+        out.append(Sample(ids, mask, prompt_len=prompt_len))
     return out
 
 
@@ -57,17 +71,53 @@ def test_micro_batches_follow_groups(tiny):
     )
     learner = TorchLearner(tiny, cfg)
     a, b = _group(prompt_len=12), _group(prompt_len=10)
-    sizes = [len(mb) for mb in learner._micro_batches(a + b)]
+    sizes = [len(mb) for mb in learner._micro(a + b)]
     assert sizes == [2, 1, 2, 1]
 
 
+# -- one step of the update, through the clients -------------------------------------
+
+
+def _learning(tiny, *layers):
+    cfg = build_config([{"model": {"name": "tiny"}, "optim": {"lr": 1e-2}}, *layers], "math")
+    a = cfg.algorithm
+    kl = (
+        AdaptiveKLController(a.kl_coef, a.kl_target, a.kl_horizon)
+        if a.kl_target
+        else FixedKLController(a.kl_coef)
+    )
+    return Learning(cfg, place(cfg, tiny, local=True), kl)
+
+
+def _kept(rewards=(0.0, 0.0, 1.0), prompts=(12, 10)):
+    """Groups of three episodes; in each, sample 2 is rewarded by default."""
+    return [
+        [
+            Trajectory(
+                "t",
+                k,
+                prompt_len=s.prompt_len,
+                token_ids=s.token_ids,
+                loss_mask=s.loss_mask,
+                reward=r,
+            )
+            for s, r in zip(_group(prompt_len=p), rewards, strict=True)
+        ]
+        for k, p in enumerate(prompts)
+    ]
+
+
+def _logprobs(tr, kept):
+    data, _ = build_data(tr.cfg, kept)
+    return [o["logprobs"] for o in tr.clients.policy.forward(data).result().loss_fn_outputs]
+
+
 def test_train_step_moves_weights_toward_positive_advantage(tiny):
-    cfg = build_config([{"model": {"name": "tiny"}, "optim": {"lr": 1e-2}}], env_name="math")
-    learner = TorchLearner(tiny, cfg)
-    batch = _group()
-    before = learner.forward_logprobs(batch)
-    metrics = learner.train_step(batch)
-    after = learner.forward_logprobs(batch)
+    tr = _learning(tiny)
+    kept = _kept(rewards=(0.0, 0.5, 1.0), prompts=(12,))
+    before = _logprobs(tr, kept)
+    metrics = train_step(tr, kept)
+    after = _logprobs(tr, kept)
     assert metrics["grad_norm"] > 0 and metrics["trained_tokens"] == 19
     # advantage -1, 0, +1: the +1 sample's tokens become likelier, the -1 sample's less likely
     assert sum(after[2]) > sum(before[2]) and sum(after[0]) < sum(before[0])
@@ -76,42 +126,19 @@ def test_train_step_moves_weights_toward_positive_advantage(tiny):
 ALGORITHMS = ["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "gspo"]
 
 
-def _two_groups():
-    """Two groups of three; in each, sample 2 is rewarded (1.0), samples 0 and 1 are not."""
-    batch = []
-    for prompt_len in (12, 10):
-        group = _group(prompt_len=prompt_len)
-        for s, reward in zip(group, (0.0, 0.0, 1.0), strict=True):
-            s.reward = reward
-        batch += group
-    return batch
-
-
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_every_algorithm_moves_toward_the_rewarded_sample(tiny, name):
-    """The same batch under each algorithm: the rewarded sample's tokens become likelier."""
-    from trainers.sync import sequence_advantages
-
-    layers = [
-        {
-            "model": {"name": "tiny"},
-            "optim": {"lr": 1e-2},
-            "algorithm": {"name": name, "micro_batch_size": 2, "critic_lr": 1e-2},
-        }
-    ]
+    """The same groups under each algorithm: the rewarded sample's tokens become likelier."""
+    layers = [{"algorithm": {"name": name, "micro_batch_size": 2, "critic_lr": 1e-2}}]
     if name == "gspo":  # the paper's 3e-4 clip range would clip a 1e-2 step at once
         layers.append({"algorithm": {"clip_low": 0.2, "clip_high": 0.2}})
-    cfg = build_config(layers, env_name="math")
-    learner = TorchLearner(tiny, cfg)
-    batch = _two_groups()
-    rewards = torch.tensor([[s.reward for s in batch[:3]], [s.reward for s in batch[3:]]])
-    for s, adv in zip(batch, sequence_advantages(cfg, rewards).flatten(), strict=True):
-        s.advantage = float(adv)
-    assert (learner.ref is not None) == (name == "reinforce_pp")  # only a KL term loads it
-    assert (learner.critic is not None) == (name == "ppo")
-    before = learner.forward_logprobs(batch)
-    metrics = learner.train_step(batch)
-    after = learner.forward_logprobs(batch)
+    tr = _learning(tiny, *layers)
+    assert (tr.clients.reference is not None) == (name == "reinforce_pp")  # only a KL term
+    assert (tr.clients.critic is not None) == (name == "ppo")
+    kept = _kept()
+    before = _logprobs(tr, kept)
+    metrics = train_step(tr, kept)
+    after = _logprobs(tr, kept)
     for i in (2, 5):  # the rewarded samples
         assert sum(after[i]) > sum(before[i]), (name, i)
     assert all(math.isfinite(v) for v in metrics.values()), metrics
@@ -122,23 +149,14 @@ def test_every_algorithm_moves_toward_the_rewarded_sample(tiny, name):
 
 
 def test_epochs_and_mini_batches_count_optimizer_steps(tiny):
-    cfg = build_config(
-        [
-            {
-                "model": {"name": "tiny"},
-                "optim": {"lr": 1e-2, "warmup_steps": 2},
-                "algorithm": {"ppo_epochs": 2, "mini_batch_size": 3, "micro_batch_size": 2},
-            }
-        ],
-        env_name="math",
+    tr = _learning(
+        tiny,
+        {"optim": {"warmup_steps": 2}},
+        {"algorithm": {"ppo_epochs": 2, "mini_batch_size": 3, "micro_batch_size": 2}},
     )
-    learner = TorchLearner(tiny, cfg)
-    batch = _two_groups()
-    for s in batch:
-        s.advantage = s.reward - 1 / 3
-    metrics = learner.train_step(batch)
+    metrics = train_step(tr, _kept())
     # 6 samples in mini-batches of 3 -> 2 optimizer steps per epoch, 2 epochs
-    assert metrics["updates"] == 4 and learner.opt_steps == 4
+    assert metrics["updates"] == 4 and tr.optim_steps == 4
     # later updates see a policy that moved: the ratio leaves 1
     assert metrics["approx_kl"] != 0
     assert metrics["lr"] == pytest.approx(1e-2)  # warm-up (2 steps) is over by the 4th
@@ -146,59 +164,38 @@ def test_epochs_and_mini_batches_count_optimizer_steps(tiny):
 
 def test_loss_aggregation_changes_the_gradient(tiny):
     def grad_norm(mode):
-        cfg = build_config(
-            [{"model": {"name": "tiny"}, "algorithm": {"loss_agg": mode, "micro_batch_size": 1}}],
-            env_name="math",
-        )
-        learner = TorchLearner(tiny, cfg)
-        batch = _group()
-        return learner.train_step(batch)["grad_norm"]
+        tr = _learning(tiny, {"algorithm": {"loss_agg": mode, "micro_batch_size": 1}})
+        return train_step(tr, _kept())["grad_norm"]
 
-    token = grad_norm("token-mean")
-    seq = grad_norm("seq-mean-token-mean")
-    assert token != pytest.approx(seq)
-
-
-def _learner(tiny, **algorithm):
-    cfg = build_config(
-        [{"model": {"name": "tiny"}, "optim": {"lr": 1e-2}, "algorithm": algorithm}],
-        env_name="math",
-    )
-    return TorchLearner(tiny, cfg)
-
-
-def _advantaged_batch():
-    batch = _two_groups()
-    for s in batch:
-        s.advantage = s.reward - 1 / 3
-    return batch
+    assert grad_norm("token-mean") != pytest.approx(grad_norm("seq-mean-token-mean"))
 
 
 def test_truncated_importance_weights_use_the_samplers_logprobs(tiny):
-    learner = _learner(tiny, tis_cap=2.0)
-    batch = _advantaged_batch()
+    tr = _learning(tiny, {"algorithm": {"tis_cap": 2.0}})
+    kept = _kept()
     # the sampler scored every token 1 nat lower than the learner: ratio e^1 = 2.72, capped at 2
-    for s, lps in zip(batch, learner.forward_logprobs(batch), strict=True):
+    flat = [t for g in kept for t in g]
+    for t, lps in zip(flat, _logprobs(tr, kept), strict=True):
         it = iter(lps)
-        s.logprobs = [0.0] + [next(it) - 1.0 if m else 0.0 for m in s.loss_mask[1:]]
-    metrics = learner.train_step(batch)
+        t.logprobs = [0.0] + [next(it) - 1.0 if m else 0.0 for m in t.loss_mask[1:]]
+    metrics = train_step(tr, kept)
     assert metrics["tis/mean_weight"] == pytest.approx(2.0, abs=1e-4)
 
 
 def test_adaptive_kl_moves_the_coefficient_and_the_reference_is_loaded(tiny):
-    learner = _learner(tiny, kl_coef=0.1, kl_target=0.5, kl_horizon=6)
-    assert learner.ref is not None
-    first = learner.train_step(_advantaged_batch())
+    tr = _learning(tiny, {"algorithm": {"kl_coef": 0.1, "kl_target": 0.5, "kl_horizon": 6}})
+    assert tr.clients.reference is not None
+    first = train_step(tr, _kept())
     # step 1: KL 0 (policy = reference) -> error clipped to -0.2 -> 0.1 * (1 - 0.2 * 6 / 6) = 0.08
     assert first["kl"] == pytest.approx(0.0, abs=1e-6) and first["kl_coef"] == pytest.approx(0.1)
-    assert learner.kl_ctl.value == pytest.approx(0.08)
-    second = learner.train_step(_advantaged_batch())
+    assert tr.kl.value == pytest.approx(0.08)
+    second = train_step(tr, _kept())
     assert second["kl_coef"] == pytest.approx(0.08) and second["kl"] > 0
 
 
 def test_entropy_bonus_and_dual_clip_change_the_update(tiny):
     def norm(**algorithm):
-        return _learner(tiny, **algorithm).train_step(_advantaged_batch())["grad_norm"]
+        return train_step(_learning(tiny, {"algorithm": algorithm}), _kept())["grad_norm"]
 
     plain = norm()
     assert norm(entropy_coef=0.5) != pytest.approx(plain)
@@ -220,31 +217,35 @@ def test_a_run_saved_before_the_algorithm_keys_were_renamed_still_loads(tmp_path
     assert cfg.algorithm.ppo_epochs == 2
 
 
-def test_sft_step_raises_the_demonstrations_likelihood_and_leaves_rl_fresh(tiny, tmp_path):
-    cfg = build_config(
-        [{"model": {"name": "tiny"}, "algorithm": {"kl_coef": 0.01, "micro_batch_size": 2}}],
-        env_name="math",
-    )
-    learner = TorchLearner(tiny, cfg)
-    batch = _group(lens=(5, 9, 3))  # three demonstrations (micro-batches of 2 and 1)
-    before = learner.forward_logprobs(batch)
-    losses = [learner.sft_step(batch, lr=1e-2)["sft_loss"] for _ in range(3)]
-    after = learner.forward_logprobs(batch)
+def test_cross_entropy_raises_the_demonstrations_likelihood_and_reset_starts_fresh(tiny, tmp_path):
+    tr = _learning(tiny, {"algorithm": {"kl_coef": 0.01, "micro_batch_size": 2}})
+    policy, reference = tr.clients.policy, tr.clients.reference
+    assert reference is not None
+    data = [Datum.from_sequence(s.token_ids, s.loss_mask, s.prompt_len) for s in _group()]
+    before = [o["logprobs"] for o in policy.forward(data).result().loss_fn_outputs]
+    losses = []
+    for _ in range(3):  # three demonstrations: micro-batches of 2 and 1
+        fb = policy.forward_backward(data, "cross_entropy", {"loss_agg": "token-mean"})
+        policy.optim_step(AdamParams(1e-2)).result()
+        losses.append(fb.result().metrics["loss:sum"])
+    after = [o["logprobs"] for o in policy.forward(data).result().loss_fn_outputs]
     # the first loss is the mean NLL of the 19 loss tokens before any update
     assert losses[0] == pytest.approx(-sum(map(sum, before)) / 19, rel=1e-4)
     assert losses[2] < losses[0]
     assert all(sum(a) > sum(b) for a, b in zip(after, before, strict=True))
-    # the RL optimizer has taken no step; the reference becomes the warmed-up policy
-    assert learner.opt_steps == 0 and not learner.opt.state
-    learner.end_warmup(tmp_path / "reference")
-    assert learner._sft_opt is None
-    policy, ref = learner.model.state_dict(), learner.ref.state_dict()
-    assert all(torch.equal(policy[k], ref[k]) for k in policy)
-    # and a resumed learner gets that reference back, not the base model
-    other = TorchLearner(tiny, cfg)
-    assert not all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
-    other.load_reference(tmp_path / "reference")
-    assert all(torch.equal(policy[k], other.ref.state_dict()[k]) for k in policy)
+    learner = policy.learner.backend  # type: ignore[attr-defined]
+    assert learner.opt.state
+    policy.reset_optimizer().result()
+    assert not learner.opt.state
+    # the reference becomes the warmed-up policy through an HF folder (what a resume reloads)
+    ref_before = reference.compute_logprobs([d.tokens for d in data]).result()
+    policy.save_weights_for_sampler(tmp_path / "reference").result()
+    reference.load_path(str(tmp_path / "reference"), 0).result()
+    ref_after = reference.compute_logprobs([d.tokens for d in data]).result()
+    for d, lp_old, lp_new, lp_policy in zip(data, ref_before, ref_after, after, strict=True):
+        at_loss = [x for x, w in zip(lp_new[1:], d.loss_fn_inputs["weights"], strict=True) if w]
+        assert at_loss == pytest.approx(lp_policy, abs=1e-4)
+        assert lp_new != pytest.approx(lp_old, abs=1e-4)
 
 
 def _direct_logprobs(model, s, temperature=1.0):
@@ -263,8 +264,9 @@ def test_sft_loss_is_at_temperature_one_whatever_the_sampling_temperature(tiny):
     learner = TorchLearner(tiny, cfg)
     batch = _group()
     nll = -torch.cat([_direct_logprobs(learner.model, s) for s in batch])
-    loss = learner.sft_step(batch, lr=1e-3)["sft_loss"]
-    assert loss == pytest.approx(float(nll.mean()), rel=1e-5)
+    data = [Datum.from_sequence(s.token_ids, s.loss_mask, s.prompt_len) for s in batch]
+    out = learner.forward_backward(data, "cross_entropy", {"loss_agg": "token-mean"})
+    assert out.metrics["loss:sum"] == pytest.approx(float(nll.mean()), rel=1e-5)
 
 
 @pytest.fixture(scope="module")
@@ -282,28 +284,22 @@ def tiny_dropout(tiny, tmp_path_factory):
 
 def test_dropout_is_off_for_logprobs_and_the_update(tiny_dropout):
     # tis_cap makes the one update compare against a separate frozen pass of the same weights
-    cfg = build_config(
-        [{"model": {"name": "tiny"}, "algorithm": {"tis_cap": 2.0, "micro_batch_size": 3}}],
-        env_name="math",
-    )
-    learner = TorchLearner(tiny_dropout, cfg)
-    batch = _advantaged_batch()
-    assert learner.forward_logprobs(batch) == learner.forward_logprobs(batch)
-    metrics = learner.train_step(batch)
+    tr = _learning(tiny_dropout, {"algorithm": {"tis_cap": 2.0, "micro_batch_size": 3}})
+    kept = _kept()
+    assert _logprobs(tr, kept) == _logprobs(tr, kept)
+    metrics = train_step(tr, kept)
     # step 0: the update's policy is the frozen one, so every ratio is exactly 1
     assert metrics["clip_frac"] == 0.0 and metrics["approx_kl"] == 0.0
 
 
 def test_the_critic_reads_values_without_dropout(tiny_dropout):
     cfg = build_config([{"model": {"name": "tiny"}, "algorithm": {"name": "ppo"}}], env_name="math")
-    learner = TorchLearner(tiny_dropout, cfg)
-    torch.nn.init.normal_(learner.critic.head.weight)  # zero-initialised: make values vary
+    critic = TorchLearner(tiny_dropout, cfg, value_head=True)
+    assert critic.head is not None
+    torch.nn.init.normal_(critic.head.weight)  # zero-initialised: make values vary
     batch = _group()
     with torch.no_grad():
-        first, second = (
-            learner.critic.values(learner._loss_outputs(learner.critic.model, batch, False)[0])
-            for _ in range(2)
-        )
+        first, second = (critic._values(batch) for _ in range(2))
     assert first.abs().sum() > 0 and torch.equal(first, second)
 
 
@@ -381,46 +377,51 @@ def test_learner_engine_and_model_forward_agree_on_logprobs(tiny, tmp_path, buil
     )
     learner = TorchLearner(folder, cfg)
     # the group of three goes through the shared-prompt forward, the fourth through the plain one
-    assert [len(mb) for mb in learner._micro_batches(batch)] == [3, 1]
-    learned = learner.forward_logprobs(batch)
-    for s, g, lp in zip(batch, results, learned, strict=True):
+    assert [len(mb) for mb in learner._micro(batch)] == [3, 1]
+    data = [Datum.from_sequence(s.token_ids, s.loss_mask, s.prompt_len) for s in batch]
+    learned = [o["logprobs"] for o in learner.forward(data).loss_fn_outputs]
+    # the reference's scores (a sampling client's compute_logprobs) come from the engine
+    scored = engine.compute_logprobs([s.token_ids for s in batch], temperature)
+    for s, g, lp, sc in zip(batch, results, learned, scored, strict=True):
         direct = _direct_logprobs(learner.model, s, temperature)
         assert torch.allclose(torch.tensor(lp), direct, atol=1e-5), (lp, direct)
         assert torch.allclose(torch.tensor(g.logprobs), direct, atol=1e-5), (g.logprobs, direct)
+        ref = torch.tensor([x for x, m in zip(sc[1:], s.loss_mask[1:], strict=True) if m])
+        assert torch.allclose(ref, direct, atol=1e-5), (ref, direct)
 
 
 def test_bf16_keeps_fp32_master_weights_and_computes_in_bf16(tiny):
-    def learner(dtype):
-        cfg = build_config(
-            [
-                {
-                    "model": {"name": "tiny", "dtype": dtype},
-                    "optim": {"lr": 1e-5},
-                    "algorithm": {"name": "ppo", "kl_coef": 0.01},
-                }
-            ],
-            env_name="math",
-        )
-        return TorchLearner(tiny, cfg)
+    def learning(dtype):
+        layers = {"model": {"dtype": dtype}, "optim": {"lr": 1e-5}}
+        return _learning(tiny, layers, {"algorithm": {"name": "ppo", "kl_coef": 0.01}})
 
-    bf16, fp32 = learner("bfloat16"), learner("float32")
-    batch = _advantaged_batch()
+    bf16, fp32 = learning("bfloat16"), learning("float32")
+    kept = _kept()
     # the forward runs in bf16 (autocast): close to float32's log-probs, not equal to them
-    lp16, lp32 = (torch.tensor(sum(x.forward_logprobs(batch), [])) for x in (bf16, fp32))
+    lp16, lp32 = (torch.tensor(sum(_logprobs(x, kept), [])) for x in (bf16, fp32))
     assert 1e-4 < (lp16 - lp32).abs().max() < 0.1
-    before = {n: p.detach().clone() for n, p in bf16.model.named_parameters()}
-    bf16.train_step(batch)
+    # one optimizer step on the learner itself, so its gradients can be read before it
+    data, trained = build_data(bf16.cfg, kept)
+    frozen = freeze(bf16, data, 1)
+    adv, returns = compute_advantages(bf16, kept, trained, data, frozen)
+    attach(data, frozen, adv, returns)
+    learner = bf16.clients.policy.learner.backend  # type: ignore[attr-defined]
+    learner.forward_backward(data, "ppo", loss_config(bf16.cfg, 0.01))
+    before = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    has_grad = {n: p.grad != 0 for n, p in learner.model.named_parameters() if p.grad is not None}
+    learner.optim_step(AdamParams(1e-5))
     # every weight with a gradient moved by ~lr (in bf16 storage most steps of 1e-5 round away)
     moved = stepped = 0
-    for n, p in bf16.model.named_parameters():
+    for n, p in learner.model.named_parameters():
         assert p.dtype == torch.float32, n
-        has_grad = p.grad != 0
-        stepped += int(has_grad.sum())
-        moved += int((p.detach() != before[n])[has_grad].sum())
+        if n in has_grad:
+            stepped += int(has_grad[n].sum())
+            moved += int((p.detach() != before[n])[has_grad[n]].sum())
     assert stepped > 0 and moved / stepped > 0.99
-    assert all(p.dtype == torch.float32 for p in bf16.critic.params)
+    critic = bf16.clients.critic.learner.backend  # type: ignore[union-attr]
+    assert all(p.dtype == torch.float32 for p in critic.params)
     # the engines get the weights in the compute dtype
-    assert {v.dtype for v in bf16.state_dict().values() if v.is_floating_point()} == {
+    assert {v.dtype for v in learner.state_dict().values() if v.is_floating_point()} == {
         torch.bfloat16
     }
 
@@ -435,14 +436,14 @@ def test_fp16_training_is_refused_in_one_sentence():
 def test_approx_kl_is_the_mean_log_ratio_old_minus_new(tiny):
     """Samples come from the old policy, so mean(old - new) estimates KL(old || new), as veRL
     reports it. Two epochs over one mini-batch: the first update sees the old policy itself,
-    the second the policy after one step, which a one-epoch twin learner reproduces."""
-    two = _learner(tiny, ppo_epochs=2, micro_batch_size=6)
-    one = _learner(tiny, ppo_epochs=1, micro_batch_size=6)
-    batch = _advantaged_batch()
-    old = torch.tensor(sum(two.forward_logprobs(batch), []))
-    one.train_step(batch)
-    new = torch.tensor(sum(one.forward_logprobs(batch), []))
-    metrics = two.train_step(batch)
+    the second the policy after one step, which a one-epoch twin reproduces."""
+    two = _learning(tiny, {"algorithm": {"ppo_epochs": 2, "micro_batch_size": 6}})
+    one = _learning(tiny, {"algorithm": {"ppo_epochs": 1, "micro_batch_size": 6}})
+    kept = _kept()
+    old = torch.tensor(sum(_logprobs(two, kept), []))
+    train_step(one, kept)
+    new = torch.tensor(sum(_logprobs(one, kept), []))
+    metrics = train_step(two, kept)
     # approx_kl averages over every token the update passes saw: 2 epochs x N tokens
     expected = float((old - new).sum()) / (2 * len(old))
     assert expected != 0 and metrics["approx_kl"] == pytest.approx(expected, rel=1e-4, abs=1e-7)
@@ -451,9 +452,10 @@ def test_approx_kl_is_the_mean_log_ratio_old_minus_new(tiny):
 def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
     """Saved Mixtral tensors are named per expert, in memory they are fused: reading the
     safetensors by name would miss the router and the experts. Loads go through transformers
-    and are strict: only tied weights may be absent."""
+    and are strict: only tied weights may be absent. The KL reference is an engine now."""
     from safetensors.torch import load_file, save_file
 
+    from agents.engine_hf import HFEngine
     from agents.weights import WeightsError
     from tests.agents.test_engine_hf import _mixtral, _without
     from trainers.checkpoint import CheckpointError
@@ -464,13 +466,13 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
     with torch.no_grad():
         for p in learner.model.parameters():
             p.add_(0.5)
-    learner.save(tmp_path / "ckpt")
-    learner.end_warmup(tmp_path / "reference")  # the reference := the moved policy
-    other = TorchLearner(base, cfg)
-    other.load(tmp_path / "ckpt")
-    other.load_reference(tmp_path / "reference")
+    learner.save_state(tmp_path / "ckpt")
+    learner.save_weights(tmp_path / "reference")  # the reference := the moved policy
+    other, reference = TorchLearner(base, cfg), HFEngine(base)
+    other.load_state(tmp_path / "ckpt")
+    reference.load(tmp_path / "reference", 0)
     want = learner.model.state_dict()
-    for model in (other.model, other.ref):
+    for model in (other.model, reference.model):
         got = model.state_dict()
         assert all(torch.equal(got[k].float(), want[k].to(got[k].dtype).float()) for k in want)
     # without the router (or one expert) the checkpoint is refused and nothing changes
@@ -481,17 +483,17 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
     fresh = TorchLearner(base, cfg)
     before = {k: v.clone() for k, v in fresh.model.state_dict().items()}
     with pytest.raises(CheckpointError, match="lack 1 of the model's tensors"):
-        fresh.load(tmp_path / "ckpt")
+        fresh.load_state(tmp_path / "ckpt")
     assert all(torch.equal(before[k], v) for k, v in fresh.model.state_dict().items())
     expert = "model.layers.0.block_sparse_moe.experts.1.w2.weight"
-    reference = load_file(str(tmp_path / "reference" / "model.safetensors"))
+    saved_ref = load_file(str(tmp_path / "reference" / "model.safetensors"))
     save_file(
-        {k: v for k, v in reference.items() if k != expert},
+        {k: v for k, v in saved_ref.items() if k != expert},
         str(tmp_path / "reference" / "model.safetensors"),
         {"format": "pt"},
     )
-    with pytest.raises(CheckpointError, match="shape"):
-        fresh.load_reference(tmp_path / "reference")
+    with pytest.raises(WeightsError, match="shape"):
+        HFEngine(base).load(tmp_path / "reference", 0)
     # nor does training start from a model folder that lacks weights
     with pytest.raises(WeightsError, match="lack"):
         TorchLearner(_without(base, tmp_path / "no-gate", gate), cfg)

@@ -1,0 +1,433 @@
+"""One training step's pieces, shared by every schedule (sync now, async next).
+
+`collect` a step's groups of episodes, `build_data` (one Tinker datum per trained episode),
+`freeze` the numbers fixed for the step (old log-probs, the reference's, the critic's values),
+`compute_advantages` with the algorithm's estimator (client side, as in Tinker), and `update`
+the policy (and critic) with `forward_backward` + `optim_step` per mini-batch. They talk to
+the training and sampling clients only.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from agents.agent_loop import Budget, episode_seed, run_episodes
+from agents.chat import ChatFormat
+from agents.sampling import SamplingClient
+from agents.trajectory import Trajectory
+from environments import registry
+from tasks.task import Task, load_tasks
+from trainers.algorithm_table import ALGORITHMS
+from trainers.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    dynamic_sampling_keep,
+    explained_variance,
+    masked_mean,
+    scheduled_lr,
+    turn_overlong_penalty,
+)
+from trainers.client import AdamParams, Datum, micro_batches, mini_batches
+from trainers.config import RunConfig
+from trainers.estimators import ESTIMATORS, AdvantageInputs, rows
+from trainers.evaluate import is_correct
+from trainers.losses import KL_ESTIMATORS
+from trainers.placement import Clients
+from trainers.rundir import RunDir, utc_now
+from trainers.tracking import MLflowTracker, NullTracker, Tracker, default_uri
+
+T = TypeVar("T")
+
+
+def load_split(cfg: RunConfig, split: str) -> list[Task]:
+    """Tasks of a split: from the user's task file (all of it if unsplit) or the bundled suite."""
+    spec = registry.resolve(cfg.env.name, cfg.environments)
+    if cfg.env.tasks:
+        path = Path(cfg.env.tasks)
+        if not path.is_absolute() and cfg.project_dir:
+            path = Path(cfg.project_dir) / path
+        tasks = load_tasks(path)
+        if any(t.split for t in tasks):
+            tasks = [t for t in tasks if t.split == split]
+        return tasks
+    return registry.bundled_tasks(spec, split)
+
+
+def batch_tasks(tasks: list[T], seed: int, step: int, size: int) -> list[T]:
+    """The step's P tasks: walk seeded per-epoch permutations (data position = step * P)."""
+    out = []
+    for i in range((step - 1) * size, step * size):
+        epoch, pos = divmod(i, len(tasks))
+        order = np.random.default_rng([seed, epoch]).permutation(len(tasks))
+        out.append(tasks[int(order[pos])])
+    return out
+
+
+def make_tracker(cfg: RunConfig, run: RunDir, run_id: str | None) -> Tracker:
+    if not cfg.tracking.enabled:
+        return NullTracker()
+    runs_dir = run.path.parent
+    uri = cfg.tracking.uri or default_uri(runs_dir)
+    return MLflowTracker(
+        uri, cfg.tracking.experiment, run.path.name, runs_dir / "mlartifacts", run_id
+    )
+
+
+def step_metrics(
+    trajs: list[Trajectory], group_size: int, learn: dict[str, float]
+) -> dict[str, float]:
+    """Per-step numbers for metrics.jsonl (names documented in docs/run-format.md)."""
+    rewards_P_G = torch.tensor([t.reward for t in trajs]).view(-1, group_size)
+    lens = [t.response_len for t in trajs] or [0]
+    zero_var = (rewards_P_G.max(dim=1).values == rewards_P_G.min(dim=1).values).float().mean()
+    out = {
+        "reward/mean": float(rewards_P_G.mean()),
+        "reward/std": float(rewards_P_G.std()) if rewards_P_G.numel() > 1 else 0.0,
+        "reward/min": float(rewards_P_G.min()),
+        "reward/max": float(rewards_P_G.max()),
+        "reward/accuracy": sum(map(is_correct, trajs)) / len(trajs),
+        "response_len/mean": sum(lens) / len(lens),
+        "response_len/max": float(max(lens)),
+        "response/cut_off": sum(t.cut_off for t in trajs) / len(trajs),
+        "turns/mean": sum(t.num_turns for t in trajs) / len(trajs),
+        "episodes": float(len(trajs)),
+        "episodes/failed": float(sum(t.error is not None for t in trajs)),
+        "groups/zero_variance": float(zero_var),
+    }
+    out.update({k: float(v) for k, v in learn.items()})
+    # a step with nothing to train on (every group dropped or failed) still has every key
+    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm", "lr"):
+        out.setdefault(key, 0.0)
+    for key in ("adv/mean", "adv/std", "updates", "trained_tokens"):
+        out.setdefault(key, 0.0)
+    return out
+
+
+@dataclass
+class Acting:
+    """The sampling side of a step: tasks, environments, the agent loop's settings."""
+
+    cfg: RunConfig
+    train_tasks: list[Task]
+    make_env: Any
+    chat: ChatFormat
+    budget: Budget
+    pool: ThreadPoolExecutor
+
+
+@dataclass
+class Learning:
+    """The training side of a step: the clients and the counters a checkpoint keeps."""
+
+    cfg: RunConfig
+    clients: Clients
+    kl: FixedKLController | AdaptiveKLController
+    version: int = 0
+    """Weights version the sampler serves (one per update)."""
+    optim_steps: int = 0
+    """Policy optimizer steps so far (the learning-rate schedule's clock)."""
+
+
+# ------------------------------------------------------------------------- collect
+
+
+def shaped_reward(cfg: RunConfig, t: Trajectory) -> float:
+    """The reward the update sees: DAPO's soft overlong penalty on top, when it is on, with
+    each model turn judged against the token limit that bounded it."""
+    a = cfg.algorithm
+    if not a.overlong_buffer:
+        return t.reward
+    lengths_K, limits_K = torch.tensor(t.turn_tokens), torch.tensor(t.turn_limits)
+    return t.reward + float(
+        turn_overlong_penalty(lengths_K, limits_K, a.overlong_buffer, a.overlong_penalty)
+    )
+
+
+def collect(
+    ac: Acting, sampler: SamplingClient, step: int
+) -> tuple[list[Trajectory], list[list[Trajectory]]]:
+    """Every episode of the step, and the groups kept for the update (up to the batch).
+
+    Without dynamic sampling that is one round of P tasks, all kept. With it, groups whose
+    rewards are all equal are dropped and further rounds (new tasks, new seeds; a pure
+    function of the step, so resume repeats them) refill the batch, up to a cap.
+    """
+    cfg, a, r = ac.cfg, ac.cfg.algorithm, ac.cfg.rollout
+    want = a.train_batch_size or r.batch_size
+    sample = lambda reqs: sampler.generate(reqs, r.temperature, r.top_p).result()  # noqa: E731
+    trajs: list[Trajectory] = []
+    kept: list[list[Trajectory]] = []
+    for k in range(a.max_sample_rounds if a.dynamic_sampling else 1):
+        tasks_P = batch_tasks(ac.train_tasks, cfg.trainer.seed + 7919 * k, step, r.batch_size)
+        first = k * r.batch_size  # group ids and seeds continue across rounds
+        flat = [t for t in tasks_P for _ in range(r.group_size)]
+        groups = [first + p for p in range(len(tasks_P)) for _ in range(r.group_size)]
+        seeds = [
+            episode_seed(cfg.trainer.seed, step, gid, g)
+            for gid in groups[:: r.group_size]
+            for g in range(r.group_size)
+        ]
+        new = run_episodes(sample, ac.make_env, ac.chat, flat, groups, seeds, ac.budget, ac.pool)
+        trajs += new
+        for p in range(len(tasks_P)):
+            group = new[p * r.group_size : (p + 1) * r.group_size]
+            rewards_G = torch.tensor([[shaped_reward(cfg, t) for t in group]])
+            if not a.dynamic_sampling or bool(dynamic_sampling_keep(rewards_G)[0]):
+                kept.append(group)
+        if len(kept) >= want:
+            break
+    return trajs, kept[:want]
+
+
+# ----------------------------------------------------------------- data, advantages
+
+
+def build_data(
+    cfg: RunConfig, kept: list[list[Trajectory]]
+) -> tuple[list[Datum], list[tuple[int, int]]]:
+    """A datum per trainable episode, and its (group, sample): a failed episode keeps its
+    place in its group's baseline (reward 0) but carries no loss."""
+    a = cfg.algorithm
+    data, trained = [], []
+    for k, group in enumerate(kept):
+        for g, t in enumerate(group):
+            if t.error is None and t.response_len > 0 and not (a.overlong_filter and t.cut_off):
+                extra = (
+                    {"sampler_logprobs": t.logprobs or [0.0] * len(t.token_ids)}
+                    if a.tis_cap is not None
+                    else {}
+                )
+                data.append(Datum.from_sequence(t.token_ids, t.loss_mask, t.prompt_len, **extra))
+                trained.append((k, g))
+    return data, trained
+
+
+def optimizer_steps(cfg: RunConfig, data: list[Datum]) -> list[list[int]]:
+    """The step's optimizer steps (one per mini-batch, per epoch): indices into data."""
+    a = cfg.algorithm
+    keys = [
+        (d.model_input.prompt_len, tuple(d.model_input.tokens[: d.model_input.prompt_len]))
+        for d in data
+    ]
+    micro = micro_batches(keys, min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size))
+    return mini_batches(micro, a.mini_batch_size) * a.ppo_epochs
+
+
+def freeze(tr: Learning, data: list[Datum], steps: int) -> dict[str, list[torch.Tensor] | None]:
+    """The numbers fixed for the whole step, at each datum's loss positions: the policy's
+    log-probs before the update (`old`; with one optimizer step the old policy *is* the
+    current one, so the pass is skipped), the reference's (`ref`), the critic's values."""
+    a, c = tr.cfg.algorithm, tr.clients
+    need_old = steps > 1 or a.tis_cap is not None or (a.kl_in_reward and c.reference is not None)
+    old = c.policy.forward(data).result() if need_old else None
+    values = c.critic.forward(data, "value").result() if c.critic else None
+    if c.reference is not None:
+        ref = c.reference.compute_logprobs([d.tokens for d in data], tr.cfg.rollout.temperature)
+        for d, lps in zip(data, ref.result(), strict=True):
+            d.loss_fn_inputs["ref_logprobs"] = lps[1:]
+    return {
+        "old": [torch.tensor(o["logprobs"]) for o in old.loss_fn_outputs] if old else None,
+        "ref": [torch.tensor(d.at_loss("ref_logprobs")) for d in data] if c.reference else None,
+        "values": [torch.tensor(v["values"]) for v in values.loss_fn_outputs] if values else None,
+    }
+
+
+def compute_advantages(
+    tr: Learning,
+    kept: list[list[Trajectory]],
+    trained: list[tuple[int, int]],
+    data: list[Datum],
+    frozen: dict[str, Any],
+) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per-token advantages (and returns, for a critic) by the algorithm's estimator."""
+    a = tr.cfg.algorithm
+    kl = None
+    if a.kl_in_reward and frozen["ref"] is not None:
+        kl = [
+            KL_ESTIMATORS[a.kl_estimator](o, r)
+            for o, r in zip(frozen["old"], frozen["ref"], strict=True)
+        ]
+    rewards_K_G = torch.tensor([[shaped_reward(tr.cfg, t) for t in g] for g in kept])
+    lengths = [d.n_loss for d in data]
+    inputs = AdvantageInputs(rewards_K_G, trained, lengths, kl, frozen["values"], tr.kl.value, a)
+    return ESTIMATORS[ALGORITHMS[a.name].estimator](inputs)
+
+
+def _scatter(d: Datum, at_loss: torch.Tensor) -> list[float]:
+    """Values at a datum's loss positions spread over all its positions (0 elsewhere)."""
+    it = iter(at_loss.tolist())
+    return [next(it) if w else 0.0 for w in d.loss_fn_inputs["weights"]]
+
+
+# ------------------------------------------------------------------------ update
+
+
+def loss_config(cfg: RunConfig, kl_coef: float) -> dict[str, Any]:
+    """The policy loss's `loss_fn_config` for this step (see trainers/losses.py)."""
+    a = cfg.algorithm
+    keys = {"clip_low", "clip_high", "dual_clip", "loss_agg", "kl_estimator", "entropy_coef"}
+    return {
+        **a.model_dump(include=keys | {"tis_cap"}),
+        "loss_agg_constant": a.loss_agg_constant or cfg.rollout.max_new_tokens * cfg.env.max_turns,
+        "kl_coef": 0.0 if a.kl_in_reward else kl_coef,  # in the reward, it is not in the loss
+    }
+
+
+def attach(
+    data: list[Datum],
+    frozen: dict[str, Any],
+    adv: list[torch.Tensor],
+    returns: list[torch.Tensor] | None,
+) -> list[Datum]:
+    """Put the advantages (and the old log-probs) into the policy's data; returns the
+    critic's data (rollout-time values and returns), empty without a critic."""
+    for i, d in enumerate(data):
+        d.loss_fn_inputs["advantages"] = _scatter(d, adv[i])
+        if frozen["old"] is not None:
+            d.loss_fn_inputs["logprobs"] = _scatter(d, frozen["old"][i])
+    if returns is None:
+        return []
+    return [
+        Datum(
+            d.model_input, {**d.loss_fn_inputs, "values": _scatter(d, v), "returns": _scatter(d, r)}
+        )
+        for d, v, r in zip(data, frozen["values"], returns, strict=True)
+    ]
+
+
+def update(
+    tr: Learning,
+    data: list[Datum],
+    frozen: dict[str, Any],
+    adv: list[torch.Tensor],
+    returns: list[torch.Tensor] | None,
+) -> dict[str, float]:
+    """`ppo_epochs` passes of mini-batches: each one `forward_backward` and one `optim_step`
+    of the policy (and of the critic, on the value loss). Returns the step's learner metrics."""
+    cfg, c = tr.cfg, tr.clients
+    a, o = cfg.algorithm, cfg.optim
+    critic_data = attach(data, frozen, adv, returns)
+    beta, loss_fn = tr.kl.value, ALGORITHMS[a.name].loss
+    steps = optimizer_steps(cfg, data)
+    sums: dict[str, float] = defaultdict(float)
+    out: dict[str, float] = {}
+    for mini in steps:
+        fbs = [c.policy.forward_backward([data[i] for i in mini], loss_fn, loss_config(cfg, beta))]
+        if c.critic is not None:
+            value_cfg = {"value_clip": a.value_clip}
+            fbs.append(
+                c.critic.forward_backward([critic_data[i] for i in mini], "value", value_cfg)
+            )
+        total = cfg.trainer.max_steps * len(steps)
+        lr = scheduled_lr(o.lr, tr.optim_steps, o.warmup_steps, total, o.schedule, o.min_lr_ratio)
+        adam = AdamParams(lr, *o.betas, weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip)
+        out = {**c.policy.optim_step(adam).result(), "lr": lr}
+        if c.critic is not None:
+            adam = AdamParams(
+                lr * a.critic_lr / o.lr,
+                *o.betas,
+                weight_decay=o.weight_decay,
+                grad_clip_norm=a.critic_grad_clip,
+            )
+            out["critic/grad_norm"] = c.critic.optim_step(adam).result()["grad_norm"]
+        for fb in fbs:
+            for k, v in fb.result().metrics.items():
+                sums[k] += v
+        tr.optim_steps += 1
+    out |= update_metrics(data, frozen, adv, returns, sums, len(steps), beta)
+    tr.kl.update(out["kl"], len(data))  # the controller moves on the KL this step measured
+    return out
+
+
+def update_metrics(
+    data: list[Datum],
+    frozen: dict[str, Any],
+    adv: list[torch.Tensor],
+    returns: list[torch.Tensor] | None,
+    sums: dict[str, float],
+    n_steps: int,
+    beta: float,
+) -> dict[str, float]:
+    """Loss-token means of the learners' sums, and the advantages' (and critic's) health."""
+    seen = max(1.0, sums["tokens"])
+    adv_all = torch.cat(adv) if adv else torch.zeros(0)
+    out = {k.removesuffix(":sum"): v / seen for k, v in sums.items() if k.endswith(":sum")}
+    if "tis_weight" in out:
+        out["tis/mean_weight"] = out.pop("tis_weight")
+    out |= {
+        "loss": sums["loss:sum"] / n_steps,
+        "kl": sums["kl:sum"] / seen,
+        "kl_coef": beta,
+        "adv/mean": float(adv_all.mean()) if adv_all.numel() else 0.0,
+        "adv/std": float(adv_all.std()) if adv_all.numel() > 1 else 0.0,
+        "updates": float(n_steps),
+        "trained_tokens": float(sum(d.n_loss for d in data)),
+    }
+    if returns is not None:
+        values_B_T, mask_B_T = rows(frozen["values"])
+        returns_B_T, _ = rows(returns)
+        out["explained_variance"] = float(explained_variance(values_B_T, returns_B_T, mask_B_T))
+        out["returns/mean"] = float(masked_mean(returns_B_T, mask_B_T.float()))
+    return out
+
+
+def train_step(tr: Learning, kept: list[list[Trajectory]]) -> dict[str, float]:
+    """The kept groups in, the policy (and critic) updated, the learner's metrics out."""
+    data, trained = build_data(tr.cfg, kept)
+    if not data:
+        return {}
+    frozen = freeze(tr, data, len(optimizer_steps(tr.cfg, data)))
+    adv, returns = compute_advantages(tr, kept, trained, data, frozen)
+    return update(tr, data, frozen, adv, returns)
+
+
+# -------------------------------------------------------------------- checkpoint
+
+
+def save_checkpoint(tr: Learning, run: RunDir, step: int, tracker_run_id: str | None) -> Path:
+    """Policy (and critic) state, RNGs and the loop's counters: written to a temp dir, then
+    renamed — complete or absent."""
+    tmp = run.checkpoint_tmp(step)
+    saves = [tr.clients.policy.save_state(tmp)]
+    if tr.clients.critic is not None:
+        saves.append(tr.clients.critic.save_state(tmp))
+    for f in saves:
+        f.result()
+    rng = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    torch.save(rng, tmp / "rng.pt")
+    state = {
+        "step": step,
+        "version": tr.version,
+        "optim_steps": tr.optim_steps,
+        "kl_coef": tr.kl.value,
+        "data_position": step * tr.cfg.rollout.batch_size,
+        "tracker_run_id": tracker_run_id,
+        "saved": utc_now(),
+    }
+    return run.commit_checkpoint(tmp, step, state, tr.cfg.trainer.keep_checkpoints)
+
+
+def load_checkpoint(tr: Learning, ckpt: Path, state: dict[str, Any]) -> None:
+    """Weights, optimizers and the loop's counters back from a checkpoint (the caller,
+    `trainers.checkpoint.restore`, checks it counts and restores the RNGs)."""
+    c = tr.clients
+    tr.version, tr.optim_steps = state["version"], state.get("optim_steps", 0)
+    tr.kl.value = state.get("kl_coef", tr.kl.value)
+    model = str((ckpt / "model").resolve())
+    loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]
+    if c.critic is not None:
+        loads.append(c.critic.load_state(ckpt))
+    for f in loads:
+        f.result()
