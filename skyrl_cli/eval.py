@@ -111,7 +111,7 @@ def eval_(
     if workers < 1:
         fail(f"--workers must be at least 1, got {workers}")
     if suite is not None:
-        from trainers.swe_eval import SweEvalOptions, run_swe_eval
+        from skyrl_cli.swe_eval import SweEvalOptions, run_swe_eval
 
         opts = SweEvalOptions(
             suite=suite, model=model, agent=agent, instances=instances, slice=slice_,
@@ -125,7 +125,7 @@ def eval_(
             "--model is required: a run dir, a preset (tiny, smollm2-135m), an HF folder or id, "
             "or openai:MODEL@BASE_URL"
         )
-    from trainers.eval_run import EnvEvalOptions, run_env_eval
+    from skyrl_cli.eval_run import EnvEvalOptions, run_env_eval
 
     env_opts = EnvEvalOptions(
         model=model, env=env, split=split, tasks=tasks, n_samples=n_samples,

@@ -21,6 +21,7 @@ import torch
 
 from agents.agent_loop import Budget, episode_seed, run_episodes
 from agents.chat import ChatFormat
+from agents.evaluate import is_correct
 from agents.sampling import SamplingClient
 from agents.trajectory import Trajectory
 from environments import registry
@@ -38,7 +39,6 @@ from trainers.algorithms import (
 from trainers.client import AdamParams, Datum, micro_batches, mini_batches
 from trainers.config import RunConfig
 from trainers.estimators import ESTIMATORS, AdvantageInputs, rows
-from trainers.evaluate import is_correct
 from trainers.losses import KL_ESTIMATORS
 from trainers.placement import Clients
 from trainers.rundir import RunDir, utc_now

@@ -33,6 +33,7 @@ import torch
 
 from agents.agent_loop import Budget
 from agents.chat import ChatFormat
+from agents.evaluate import evaluate
 from agents.models import resolve_model
 from environments import registry
 from tasks.task import Task
@@ -40,7 +41,6 @@ from trainers import stopping
 from trainers.algorithms import AdaptiveKLController, FixedKLController
 from trainers.checkpoint import restore
 from trainers.config import RunConfig
-from trainers.evaluate import evaluate
 from trainers.placement import place
 from trainers.progress import StepProgress
 from trainers.rundir import RunDir, utc_now

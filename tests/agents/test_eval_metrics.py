@@ -6,7 +6,7 @@ import pytest
 
 from agents.chat import ChatFormat
 from agents.engine_openai import TextTokenizer, parse_chatml, parse_spec
-from trainers.evaluate import ks_for, pass_at_k
+from agents.evaluate import ks_for, pass_at_k
 
 
 def test_pass_at_k_matches_hand_computation() -> None:
@@ -67,9 +67,9 @@ def test_evaluate_reports_pass_at_k_and_the_metadata_breakdown() -> None:
 
     from agents.agent_loop import Budget
     from agents.engine import GenResult
+    from agents.evaluate import evaluate
     from environments.math import MathEnv
     from tasks.task import Task
-    from trainers.evaluate import evaluate
 
     calls = {"n": 0}
 
@@ -104,8 +104,8 @@ def test_evaluate_reports_pass_at_k_and_the_metadata_breakdown() -> None:
 def test_model_spec_resolution(tmp_path) -> None:
     import json
 
+    from skyrl_cli.eval_run import resolve_eval_model
     from trainers.checkpoint import write_manifest
-    from trainers.eval_run import resolve_eval_model
 
     run = tmp_path / "math-1"
     for step in (2, 3, 5):

@@ -152,7 +152,7 @@ def _ensure_repo(repos_dir: Path, repo: str) -> str | None:
 
 def run_swe_eval(opts: SweEvalOptions) -> dict[str, Any]:
     """Run the agent on the selected instances; print the summary; return the report."""
-    from trainers.eval_run import note
+    from skyrl_cli.eval_run import note
 
     if opts.agent not in AGENTS:
         raise ValueError(f"unknown agent {opts.agent!r}; known: {', '.join(AGENTS)}")
@@ -294,7 +294,7 @@ def run_shell_agent(
     """The model in `skyrl/SWE-v0`, `workers` instances per batch of the agent loop."""
     from agents.agent_loop import Budget, episode_seed, run_episodes
     from environments.swe import SWEEnv, instance_task
-    from trainers.eval_run import load_policy, note, resolve_eval_model
+    from skyrl_cli.eval_run import load_policy, note, resolve_eval_model
 
     assert opts.model is not None
     ready = []

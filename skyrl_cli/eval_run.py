@@ -5,7 +5,7 @@
     skyrl eval --env sql --model openai:gpt-4o-mini@https://api.openai.com/v1 --n-samples 4
 
 No Ray: the policy runs in this process (`HFEngine`, or `OpenAIEngine` for a server), and
-the episodes go through the same agent loop and `trainers.evaluate.evaluate` as training.
+the episodes go through the same agent loop and `agents.evaluate.evaluate` as training.
 Writes `report.json` and `results.jsonl` (one trajectory per line) to the output folder,
 logs to MLflow, and, when the model is a run, files the report under the run's `eval/`.
 """
@@ -190,8 +190,8 @@ def load_eval_tasks(cfg: Any, opts: EnvEvalOptions) -> tuple[list[Task], str]:
 def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     """Evaluate; print the table; write the output folder (and the run's eval/). Returns the
     report. ValueError (one sentence) for bad input."""
+    from agents.evaluate import evaluate
     from environments import registry
-    from trainers.evaluate import evaluate
 
     if opts.n_samples < 1:
         raise ValueError(f"--n-samples must be at least 1, got {opts.n_samples}")
@@ -247,7 +247,7 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
 
 
 def _correct(traj: Any) -> bool:
-    from trainers.evaluate import is_correct
+    from agents.evaluate import is_correct
 
     return is_correct(traj)
 
