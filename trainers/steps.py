@@ -295,9 +295,15 @@ def attach(
             d.loss_fn_inputs["logprobs"] = _scatter(d, frozen["old"][i])
     if returns is None:
         return []
+    keep = ("target_tokens", "weights")
     return [
         Datum(
-            d.model_input, {**d.loss_fn_inputs, "values": _scatter(d, v), "returns": _scatter(d, r)}
+            d.model_input,
+            {
+                **{k: d.loss_fn_inputs[k] for k in keep},
+                "values": _scatter(d, v),
+                "returns": _scatter(d, r),
+            },
         )
         for d, v, r in zip(data, frozen["values"], returns, strict=True)
     ]
