@@ -429,7 +429,11 @@ def load_checkpoint(tr: Learning, ckpt: Path, state: dict[str, Any]) -> None:
     """Weights, optimizers and the loop's counters back from a checkpoint (the caller,
     `trainers.checkpoint.restore`, checks it counts and restores the RNGs)."""
     c = tr.clients
-    tr.version, tr.optim_steps = state["version"], state.get("optim_steps", 0)
+    if "optim_steps" not in state:  # written before the counters moved to the loop
+        legacy = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False)
+        state = {**state, "optim_steps": legacy["opt_steps"]}
+        state.setdefault("kl_coef", legacy.get("kl_coef", tr.kl.value))
+    tr.version, tr.optim_steps = state["version"], state["optim_steps"]
     tr.kl.value = state.get("kl_coef", tr.kl.value)
     model = str((ckpt / "model").resolve())
     loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]

@@ -135,7 +135,7 @@ def saved(tiny, tmp_path):
     run = RunDir(tmp_path / "run")
     run.create()
     tmp = run.checkpoint_tmp(3)
-    learner.save(tmp)
+    learner.save_state(tmp)
     (tmp / "rng.pt").write_bytes(b"x")
     ckpt = run.commit_checkpoint(tmp, 3, {"step": 3, "version": 3}, keep=2)
     return learner, run, ckpt
@@ -202,17 +202,17 @@ def test_weights_load_strictly_but_for_tied_ones(saved, tiny):
     before = {k: v.clone() for k, v in learner.model.state_dict().items()}
     save_file({k: v for k, v in tensors.items() if k != victim}, str(weights_file))
     with pytest.raises(CheckpointError, match=f"lack 1 of the model's tensors \\({victim}"):
-        learner.load(ckpt)
+        learner.load_state(ckpt)
     assert all(torch.equal(before[k], v) for k, v in learner.model.state_dict().items())
     # a tensor of the wrong shape is refused too
     bad = dict(tensors)
     bad[victim] = torch.zeros(3)
     save_file(bad, str(weights_file))
     with pytest.raises(CheckpointError, match="has shape"):
-        learner.load(ckpt)
+        learner.load_state(ckpt)
     # the complete file loads, the tied head included
     save_file(tensors, str(weights_file))
-    learner.load(ckpt)
+    learner.load_state(ckpt)
     assert all(
         torch.equal(v, other.model.state_dict()[k]) for k, v in learner.model.state_dict().items()
     )
