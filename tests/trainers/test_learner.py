@@ -497,3 +497,18 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
     # nor does training start from a model folder that lacks weights
     with pytest.raises(WeightsError, match="lack"):
         TorchLearner(_without(base, tmp_path / "no-gate", gate), cfg)
+
+
+def test_a_checkpoint_from_before_the_redesign_resumes_its_counters(tiny, tmp_path):
+    """The optimizer step count and KL coefficient used to live in optimizer.pt."""
+    from trainers.steps import load_checkpoint
+
+    tr = _learning(tiny)
+    tr.clients.policy.save_state(tmp_path).result()
+    extra = torch.load(tmp_path / "optimizer.pt", weights_only=False)
+    torch.save({**extra, "opt_steps": 7, "kl_coef": 0.3}, tmp_path / "optimizer.pt")
+    fresh = _learning(tiny)
+    load_checkpoint(fresh, tmp_path, {"step": 2, "version": 2})
+    assert (fresh.version, fresh.optim_steps, fresh.kl.value) == (2, 7, 0.3)
+    load_checkpoint(fresh, tmp_path, {"step": 3, "version": 3, "optim_steps": 9, "kl_coef": 0.1})
+    assert (fresh.version, fresh.optim_steps, fresh.kl.value) == (3, 9, 0.1)
