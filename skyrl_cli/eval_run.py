@@ -4,8 +4,9 @@
     skyrl eval --model runs/<id>                      # the run's env, config and last checkpoint
     skyrl eval --env sql --model openai:gpt-4o-mini@https://api.openai.com/v1 --n-samples 4
 
-No Ray: the policy runs in this process (`HFEngine`, or `OpenAIEngine` for a server), and
-the episodes go through the same agent loop and `agents.evaluate.evaluate` as training.
+No Ray: the policy runs in this process behind a `SamplingClient` (`HFEngine`, or
+`OpenAIEngine` for a server), and the episodes go through the same agent loop and
+`agents.evaluate.evaluate` as training.
 Writes `report.json` and `results.jsonl` (one trajectory per line) to the output folder,
 logs to MLflow, and, when the model is a run, files the report under the run's `eval/`.
 """
@@ -27,6 +28,7 @@ from typing import Any
 from agents.agent_loop import Budget, GenerateFn
 from agents.chat import ChatFormat
 from agents.engine import GenRequest, GenResult
+from agents.sampling import Local, SamplingClient
 from tasks.task import Task, load_tasks
 
 SPLITS = ("dev", "test", "train")
@@ -119,9 +121,10 @@ def load_policy(ref: ModelRef, threads: int = 0) -> Policy:
         from agents.engine_openai import CHARS_PER_TOKEN, OpenAIEngine
 
         api = OpenAIEngine(*ref.openai)
+        sampler = SamplingClient(Local(api))  # the `openai` backend: evaluation only
         return Policy(
             ChatFormat(api.tokenizer),
-            lambda r, t, p: api.generate(r, temperature=t, top_p=p),
+            lambda r, t, p: sampler.generate(r, t, p).result(),
             CHARS_PER_TOKEN,
         )
     from transformers.utils import logging as hf_logging
@@ -132,9 +135,8 @@ def load_policy(ref: ModelRef, threads: int = 0) -> Policy:
     hf_logging.disable_progress_bar()  # our own progress line follows; no tqdm bars
     path = ref.path or resolve_model(ref.spec)
     engine = HFEngine(path, threads=threads or os.cpu_count() or 1)
-    return Policy(
-        ChatFormat(engine.tokenizer), lambda r, t, p: engine.generate(r, temperature=t, top_p=p)
-    )
+    hf = SamplingClient(Local(engine))
+    return Policy(ChatFormat(engine.tokenizer), lambda r, t, p: hf.generate(r, t, p).result())
 
 
 def eval_config(opts: EnvEvalOptions, ref: ModelRef) -> Any:
