@@ -303,7 +303,8 @@ def test_k1_k2_by_hand():
 
 
 def test_k1_in_the_loss_is_refused_and_in_the_reward_allowed():
-    from trainers.config import ALGORITHM_PRESETS, ConfigError, build_config, read_yaml
+    from trainers.algorithm_table import ALGORITHMS
+    from trainers.config import ConfigError, build_config, read_yaml
 
     # in the loss k1's gradient is the score function, whose expectation is 0: no pull at all
     with pytest.raises(ConfigError, match="zero expected gradient"):
@@ -311,7 +312,7 @@ def test_k1_in_the_loss_is_refused_and_in_the_reward_allowed():
     with pytest.raises(ConfigError, match="zero expected gradient"):
         build_config([{"algorithm": {"name": "reinforce_pp", "kl_in_reward": False}}], "math")
     # REINFORCE++'s preset puts k1 in the reward, which is allowed; every preset and recipe builds
-    for name in ALGORITHM_PRESETS:
+    for name in ALGORITHMS:
         build_config([{"algorithm": {"name": name}}], env_name="math")
     recipes = sorted((Path(__file__).parents[2] / "trainers" / "recipes").glob("*.yaml"))
     assert recipes
