@@ -512,3 +512,26 @@ def test_a_checkpoint_from_before_the_redesign_resumes_its_counters(tiny, tmp_pa
     assert (fresh.version, fresh.optim_steps, fresh.kl.value) == (2, 7, 0.3)
     load_checkpoint(fresh, tmp_path, {"step": 3, "version": 3, "optim_steps": 9, "kl_coef": 0.1})
     assert (fresh.version, fresh.optim_steps, fresh.kl.value) == (3, 9, 0.1)
+
+
+def test_the_reference_engine_loads_a_saved_reference_strictly(tiny, tmp_path):
+    """The KL reference lives in an engine now; resuming it keeps issue 11's strict load
+    (the engine's, issue 12 fix 2), as the learner's own reference had."""
+    from safetensors.torch import load_file, save_file
+
+    from agents.engine_hf import HFEngine
+    from agents.weights import WeightsError
+
+    tr = _learning(tiny, {"algorithm": {"kl_coef": 0.01}})
+    tr.clients.policy.save_weights_for_sampler(tmp_path / "reference").result()
+    weights_file = tmp_path / "reference" / "model.safetensors"
+    tensors = load_file(str(weights_file))
+    victim = next(k for k in tensors if "layers.0" in k)
+    save_file({k: v for k, v in tensors.items() if k != victim}, str(weights_file))
+    engine = HFEngine(tiny)
+    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    with pytest.raises(WeightsError, match="lack 1 of the model's tensors"):
+        engine.load(tmp_path / "reference", 0)
+    assert all(torch.equal(before[k], v) for k, v in engine.model.state_dict().items())
+    save_file(tensors, str(weights_file))
+    engine.load(tmp_path / "reference", 0)  # the complete folder loads, the tied head included
