@@ -295,10 +295,16 @@ def print_table(report: dict[str, Any], env: str, label: str) -> None:
     """Overall and per-metadata-group accuracy (and pass@k) as a table on stdout."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from tui.reader import terminal_safe
+
+    def safe(text: str) -> Text:  # group names come from task data: escaped, never markup
+        return Text(terminal_safe(text))
 
     ks = sorted(int(k[5:]) for k in report if k.startswith("pass@"))
     ks = ks or [1]
-    table = Table(title=f"{env} / {label}: {report['model']}", box=None)
+    table = Table(title=safe(f"{env} / {label}: {report['model']}"), box=None)
     for col in ["group", "tasks", *(f"pass@{k}" for k in ks), "mean reward", "errors"]:
         table.add_column(col, justify="left" if col == "group" else "right")
     tasks_n = report.get("tasks", report["n"])
@@ -309,7 +315,7 @@ def print_table(report: dict[str, Any], env: str, label: str) -> None:
     for key, groups in report.get("breakdown", {}).items():
         for value, row in groups.items():
             cells = [f"{row.get(f'pass@{k}', 0.0):.1%}" for k in ks]
-            table.add_row(f"{key}={value}", str(row["tasks"]), *cells, "", "")
+            table.add_row(safe(f"{key}={value}"), str(row["tasks"]), *cells, "", "")
     Console(width=120).print(table)
 
 

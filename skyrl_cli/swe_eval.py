@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.swe_harness import GradeResult, grade, prediction, report
+from tui.reader import terminal_safe
 
 AGENTS = ("shell", "gold", "empty")
 OFFICIAL = {
@@ -240,8 +241,8 @@ class Recorder:
             self.done += 1
             spent = time.time() - self.start
             eta = spent / self.done * (self.total - self.done)
-            print(f"[{self.done}/{self.total}] {result.instance_id}: {state} "
-                  f"({spent:.0f}s, ETA {eta:.0f}s)", flush=True)  # fmt: skip
+            line = f"[{self.done}/{self.total}] {result.instance_id}: {state} "
+            print(terminal_safe(line) + f"({spent:.0f}s, ETA {eta:.0f}s)", flush=True)
 
 
 def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | None = None) -> None:
@@ -362,11 +363,11 @@ def print_summary(rep: dict[str, Any], wall: float) -> None:
     """Resolved / unresolved / empty / error counts and the resolved rate, on stdout."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     total = rep["total_instances"]
-    table = Table(
-        title=f"{rep['suite']} - agent {rep['agent']} - {rep['model_name_or_path']}", box=None
-    )
+    title = f"{rep['suite']} - agent {rep['agent']} - {rep['model_name_or_path']}"
+    table = Table(title=Text(terminal_safe(title)), box=None)
     table.add_column("outcome")
     table.add_column("instances", justify="right")
     table.add_column("rate", justify="right")

@@ -111,3 +111,23 @@ def test_watch_ui_writes_no_hostile_sequence(hostile_run: Path, tmp_path: Path) 
     for payload in (b"\x1b]52;", b"\x1b]0;pwned", b"\x1b[2J\x1b[H\x1b[31m", b"\xc2\x9b6n"):
         assert payload not in out, payload
     assert b"\\x1b]52;" in out  # shown escaped instead
+
+
+def test_eval_table_and_swe_progress_print_no_control_sequences(tmp_path, capsys) -> None:
+    """Metadata groups and a grading error (text an instance or episode controls) reach the
+    terminal through `skyrl eval`'s table and the SWE progress line escaped, and rich markup
+    in them stays text (no hyperlink)."""
+    from environments.swe_harness import GradeResult
+    from skyrl_cli.eval_run import print_table
+    from skyrl_cli.swe_eval import Recorder
+
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07[link=http://x]t[/link]\x1b[2J"
+    report = {
+        "model": "m" + hostile, "n": 1, "tasks": 1, "accuracy": 1.0, "mean_reward": 1.0,
+        "errors": 0, "breakdown": {"db" + hostile: {"v" + hostile: {"tasks": 1, "pass@1": 1.0}}},
+    }  # fmt: skip
+    print_table(report, "sql", "label")
+    Recorder(tmp_path, 1)(GradeResult("a__b-1", "", error="boom" + hostile))
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]52" in out and "[link=http://x]" in out  # shown, escaped, not interpreted
