@@ -67,7 +67,7 @@ def rloo(x: AdvantageInputs) -> Advantages:
 
 
 def rows(xs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-aligned rows of 1-D tensors: (x_B_T, mask_B_T)."""
+    """Left-aligned rows of 1-D tensors: (x_B_T, mask_B_T); keeps gradients (the learner uses it)."""
     width = max([len(v) for v in xs] + [1])
     x_B_T = torch.stack([torch.nn.functional.pad(v, (0, width - len(v))) for v in xs])
     mask_B_T = torch.zeros_like(x_B_T, dtype=torch.bool)

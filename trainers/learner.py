@@ -27,6 +27,7 @@ from trainers.algorithms import entropy_from_logits, value_loss
 from trainers.checkpoint import CheckpointError
 from trainers.client import AdamParams, Datum, ForwardBackwardOutput, micro_batches
 from trainers.config import RunConfig
+from trainers.estimators import rows
 from trainers.losses import policy_loss, sequence_weights
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -51,16 +52,6 @@ class Sample:
     def n_loss(self) -> int:
         """Loss-carrying tokens (the first token is never predicted)."""
         return sum(self.loss_mask[1:])
-
-
-def _rows(xs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-aligned rows of 1-D tensors: (x_B_T, mask_B_T); keeps gradients."""
-    width = max([len(x) for x in xs] + [1])
-    x_B_T = torch.stack([torch.nn.functional.pad(x, (0, width - len(x))) for x in xs])
-    mask_B_T = torch.zeros_like(x_B_T, dtype=torch.bool)
-    for b, x in enumerate(xs):
-        mask_B_T[b, : len(x)] = True
-    return x_B_T, mask_B_T
 
 
 def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> torch.Tensor:
@@ -250,8 +241,8 @@ class TorchLearner:
         for mb in self._micro(batch):
             samples = [batch[i] for i in mb]
             logp_N, ent_N, _ = self._token_logprobs(self.model, samples, with_entropy=True)
-            logp_B_T, mask_B_T = _rows(list(logp_N.split([lengths[i] for i in mb])))
-            ent_B_T, _ = _rows(list(ent_N.split([lengths[i] for i in mb])))
+            logp_B_T, mask_B_T = rows(list(logp_N.split([lengths[i] for i in mb])))
+            ent_B_T, _ = rows(list(ent_N.split([lengths[i] for i in mb])))
             inputs = self._inputs(data, mb)
             old_B_T = inputs.get("logprobs", logp_B_T.detach())
             part, part_sums = policy_loss(
@@ -336,7 +327,7 @@ class TorchLearner:
         for mb in self._micro(batch):
             samples = [batch[i] for i in mb]
             values_N = self._values(samples)
-            values_B_T, mask_B_T = _rows(list(values_N.split([s.n_loss for s in samples])))
+            values_B_T, mask_B_T = rows(list(values_N.split([s.n_loss for s in samples])))
             inputs = self._inputs(data, mb)
             loss, clip_frac = value_loss(
                 values_B_T, inputs["values"], inputs["returns"], mask_B_T, c["value_clip"]
@@ -364,7 +355,7 @@ class TorchLearner:
         """The micro-batch's per-token inputs at the loss positions, as rows: key -> x_B_T."""
         keys = [k for k in data[mb[0]].loss_fn_inputs if k not in ("target_tokens", "weights")]
         return {
-            k: _rows([torch.tensor(data[i].at_loss(k), device=self.device) for i in mb])[0]
+            k: rows([torch.tensor(data[i].at_loss(k), device=self.device) for i in mb])[0]
             for k in keys
         }
 
