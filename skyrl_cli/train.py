@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,6 +106,9 @@ def train(
             seed,
             ray_address,
         )
+    except RunFinished as e:
+        typer.echo(str(e))
+        raise typer.Exit(0) from None
     except (ConfigError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:
@@ -123,7 +127,6 @@ train.__doc__ = (train.__doc__ or "") + "\n" + EXAMPLES
 def _prepare(
     env, model, config, sets, tasks, max_steps, runs_dir, run_name, resume, seed, ray_address
 ) -> tuple[Any, Any]:
-    from agents.models import PRESETS
     from trainers.config import (
         ConfigError,
         build_config,
@@ -158,6 +161,7 @@ def _prepare(
         run.check_resumable()
         run.hold()
         run.status = run.read_status()
+        check_not_finished(run, max_steps)
         cfg = read_saved_config(resume / "config.yaml")
         _check_env(cfg)
         saved_max = run.status.get("max_steps")
@@ -198,16 +202,7 @@ def _prepare(
     layers.append(flags)
     cfg = build_config(layers, env_name=env)
 
-    # Check names now, before minutes of setup, with the accepted values in the message.
-    _check_env(cfg)
-    name = cfg.model.name
-    if name not in PRESETS and not Path(name).exists() and name.count("/") != 1:
-        raise ConfigError(
-            f"unknown model {name!r}; use a preset ({', '.join(PRESETS)}), a local HF folder, or an HF id"
-        )
-    if cfg.env.tasks and not (project_dir / cfg.env.tasks).exists():
-        raise ConfigError(f"task file {cfg.env.tasks} does not exist")
-
+    preflight(cfg)
     if run_name is not None:
         check_run_name(run_name)
     run = RunDir(runs_dir / new_run_id(run_name or cfg.env.name, runs_dir))
@@ -217,23 +212,164 @@ def _prepare(
     return cfg, run
 
 
-def _check_env(cfg: Any) -> None:
-    """The environment exists and takes env.kwargs: built once, here, not minutes later."""
+# ------------------------------------------------------------------ pre-flight (issue 13)
+# Everything that can be checked without Ray or the model is checked before the run
+# directory exists, in about a second: a run that cannot start leaves nothing behind.
+
+RESET_TIMEOUT_S = 60.0
+"""How long the pre-flight waits for one environment's `reset`."""
+
+
+class RunFinished(Exception):
+    """`--resume` on a run that already reached its last step: nothing to do (exit 0)."""
+
+
+def preflight(cfg: Any) -> None:
+    """Model, task file and environment (built and reset on the first training task), each
+    refused with one sentence (ConfigError) before anything heavy starts."""
+    _check_model(cfg.model.name)
+    first = _check_tasks(cfg)
+    _check_env(cfg, first)
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}".rstrip(": ")
+
+
+def _check_model(name: str) -> None:
+    """A preset, a local HF folder with config.json, or an HF id the cache or the hub has
+    (presets are built later, with the run's progress on screen)."""
+    from agents.models import PRESETS, resolve_model
+    from trainers.config import ConfigError
+
+    if name in PRESETS:
+        return
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().exists():
+        raise ConfigError(f"model folder {name} does not exist; pass a Hugging Face model folder")
+    if not Path(name).exists() and name.count("/") != 1:
+        raise ConfigError(
+            f"unknown model {name!r}; use a preset ({', '.join(PRESETS)}), a local HF folder, or an HF id"
+        )
+    try:
+        resolve_model(name, quiet=True)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _check_tasks(cfg: Any) -> Any:
+    """The training split of the user's task file, read and non-empty; its first task (None
+    for a bundled suite: the project's own, and some take a while to build)."""
+    from environments import registry
+    from tasks.task import load_tasks, select_split
+    from trainers.config import ConfigError
+
+    spec = registry.resolve(cfg.env.name, cfg.environments)
+    if not cfg.env.tasks:
+        if spec.suite is None:
+            raise ConfigError(
+                f"environment {spec.name!r} has no bundled tasks; pass --tasks FILE "
+                "(or set env.tasks in skyrl.yaml)"
+            )
+        return None
+    path = Path(cfg.env.tasks)
+    if not path.is_absolute() and cfg.project_dir:
+        path = Path(cfg.project_dir) / path
+    if not path.exists():
+        raise ConfigError(f"task file {cfg.env.tasks} does not exist")
+    tasks = load_tasks(path)  # ValueError naming the bad line
+    pick = partial(select_split, tasks, holdout=cfg.eval.holdout, eval_split=cfg.eval.split)
+    train = pick(cfg.env.train_split)
+    splits = sorted({t.split for t in tasks if t.split})
+    if not train:
+        raise ConfigError(
+            f"no tasks in split {cfg.env.train_split!r} of {path.name} (its splits: "
+            f"{', '.join(splits)}); set env.train_split, or the tasks' split fields"
+        )
+    if cfg.eval.limit and not splits and not cfg.eval.holdout:
+        print(
+            f"note: {path.name} has no `split` field, so {cfg.eval.split} accuracy is measured "
+            "on the training tasks; --set eval.holdout=0.1 holds out 10% of them instead",
+            file=sys.stderr,
+        )
+    elif cfg.eval.limit and not pick(cfg.eval.split):
+        print(
+            f"note: {path.name} has no {cfg.eval.split!r} tasks, so there is no evaluation "
+            f"(its splits: {', '.join(splits)}; set eval.split)",
+            file=sys.stderr,
+        )
+    return train[0]
+
+
+def _check_env(cfg: Any, task: Any = None) -> None:
+    """The environment loads, takes env.kwargs and, given a task, resets on it: built once,
+    here, not minutes later inside every rollout."""
     from environments import registry
     from trainers.config import ConfigError
 
     spec = registry.resolve(cfg.env.name, cfg.environments)
     project = Path(cfg.project_dir) if cfg.project_dir else None
-    cls: Any = registry.load_class(spec.entry, project)
+    try:
+        cls: Any = registry.load_class(spec.entry, project)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the module's own error (syntax, import), as one line
+        raise ConfigError(
+            f"cannot load environment {spec.name!r} ({spec.entry}): {_one_line(e)}"
+        ) from None
     check_env_kwargs(spec.entry, cls, cfg.env.kwargs)
     try:
         env = cls(max_turns=cfg.env.max_turns, **cfg.env.kwargs)
     except Exception as e:  # noqa: BLE001 - the constructor's own complaint, as one line
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"env {cfg.env.name!r} refuses env.kwargs: {reason}") from None
-    close = getattr(env, "close", None)
-    if callable(close):
-        close()
+    try:
+        if task is not None:
+            _reset_once(env, task, spec.name)
+    finally:
+        close = getattr(env, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+
+def _reset_once(env: Any, task: Any, name: str) -> None:
+    """`reset` on one task, in a daemon thread: an environment that hangs is named, not waited on."""
+    from trainers.config import ConfigError
+
+    outcome: list[BaseException | None] = []
+
+    def reset() -> None:
+        try:
+            env.reset(seed=0, options={"task": task})
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - reported below, as one line
+            outcome.append(e)
+
+    worker = threading.Thread(target=reset, daemon=True, name="skyrl-preflight-reset")
+    worker.start()
+    worker.join(RESET_TIMEOUT_S)
+    if not outcome:
+        raise ConfigError(
+            f"env {name!r} did not return from reset on task {task.id!r} "
+            f"within {RESET_TIMEOUT_S:.0f} s"
+        )
+    if outcome[0] is not None:
+        raise ConfigError(
+            f"env {name!r} fails on task {task.id!r}: reset raised {_one_line(outcome[0])}"
+        )
+
+
+def check_not_finished(run: Any, max_steps: int | None) -> None:
+    """RunFinished when `--resume` would only repeat a finished run's final evaluation."""
+    status = run.status
+    done = status.get("step")
+    if status.get("state") != "finished" or type(done) is not int:
+        return
+    if max_steps is None or max_steps <= done:
+        raise RunFinished(
+            f"{run.path} is finished (step {done}/{done}); nothing to do. Train it further "
+            f"with: skyrl train --resume {run.path} --max-steps N (N > {done})"
+        )
 
 
 def check_env_kwargs(entry: str, cls: Any, kwargs: dict[str, Any]) -> None:

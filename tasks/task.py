@@ -7,7 +7,9 @@ environment-specific (a database path, a Harbor task folder, a difficulty) lives
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,35 @@ def load_tasks(path: str | Path) -> list[Task]:
     if not tasks:
         raise ValueError(f"task file {path} holds no tasks")
     return tasks
+
+
+def select_split(
+    tasks: list[Task], split: str, *, holdout: float = 0.0, eval_split: str = "dev"
+) -> list[Task]:
+    """The tasks of `split` from a task file's tasks.
+
+    A file whose tasks carry `split` is filtered by it. A file without any `split` is one
+    pool: every split is all of it, unless `holdout` > 0 sets aside that fraction (at least
+    one task, never all) as `eval_split`, and every other split is the rest. Which tasks are
+    held out depends only on their ids (a stable hash), not on the file's order or the seed,
+    so runs with different seeds, and `skyrl eval` on any of them, score the same tasks.
+    """
+    if any(t.split for t in tasks):
+        if holdout:
+            raise ValueError(
+                "eval.holdout splits a task file without `split`, but this file has splits; "
+                "remove eval.holdout or the tasks' split fields"
+            )
+        return [t for t in tasks if t.split == split]
+    if not holdout:
+        return list(tasks)
+    n_held = min(len(tasks) - 1, max(1, math.ceil(holdout * len(tasks))))
+    rank = sorted(
+        range(len(tasks)),
+        key=lambda i: (hashlib.blake2b(tasks[i].id.encode(), digest_size=8).digest(), i),
+    )
+    held = set(rank[:n_held])
+    return [t for i, t in enumerate(tasks) if (i in held) == (split == eval_split)]
 
 
 def write_tasks(path: str | Path, tasks: list[Task]) -> None:

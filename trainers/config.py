@@ -220,6 +220,9 @@ class TrainerConfig(_Section):
     """Most recent checkpoints to keep on disk."""
     threads: int = Field(0, ge=0)
     """torch threads per process (0 = every core)."""
+    max_failed_fraction: float = Field(0.25, ge=0, le=1)
+    """Warn on the console when more than this fraction of a step's episodes fail (an
+    environment that raises, a timeout). A step where every episode failed stops the run."""
 
 
 class WarmupConfig(_Section):
@@ -246,6 +249,10 @@ class EvalConfig(_Section):
     every: int = Field(0, ge=0)
     """Also score every N steps during training (0 = only before/after); the accuracy goes
     into that step's metrics.jsonl line as `eval/accuracy` and the report to eval/step-NNNNNN.json."""
+    holdout: float = Field(0.0, ge=0, lt=1)
+    """For a task file without `split`: hold out this fraction of its tasks (chosen by a
+    stable hash of their ids) as the eval split and train on the rest. 0 = train and
+    evaluate on the same tasks (said on the console)."""
 
 
 class TrackingConfig(_Section):
@@ -273,6 +280,11 @@ class RunConfig(_Section):
             raise ValueError(
                 f"algorithm.train_batch_size ({a.train_batch_size}) exceeds rollout.batch_size "
                 f"({self.rollout.batch_size}); only dynamic sampling samples extra rounds"
+            )
+        if self.eval.holdout and not self.env.tasks:
+            raise ValueError(
+                "eval.holdout splits a task file without `split` (env.tasks); "
+                f"the bundled suite of {self.env.name!r} has its own {self.eval.split} split"
             )
         return self
 

@@ -25,7 +25,7 @@ from agents.evaluate import is_correct
 from agents.sampling import SamplingClient
 from agents.trajectory import Trajectory
 from environments import registry
-from tasks.task import Task, load_tasks
+from tasks.task import Task, load_tasks, select_split
 from trainers.algorithm_table import ALGORITHMS
 from trainers.algorithms import (
     AdaptiveKLController,
@@ -48,16 +48,16 @@ T = TypeVar("T")
 
 
 def load_split(cfg: RunConfig, split: str) -> list[Task]:
-    """Tasks of a split: from the user's task file (all of it if unsplit) or the bundled suite."""
+    """Tasks of a split: from the user's task file (all of it if unsplit, less the held-out
+    part with eval.holdout; tasks/task.py's `select_split`) or the bundled suite."""
     spec = registry.resolve(cfg.env.name, cfg.environments)
     if cfg.env.tasks:
         path = Path(cfg.env.tasks)
         if not path.is_absolute() and cfg.project_dir:
             path = Path(cfg.project_dir) / path
-        tasks = load_tasks(path)
-        if any(t.split for t in tasks):
-            tasks = [t for t in tasks if t.split == split]
-        return tasks
+        return select_split(
+            load_tasks(path), split, holdout=cfg.eval.holdout, eval_split=cfg.eval.split
+        )
     return registry.bundled_tasks(spec, split)
 
 
