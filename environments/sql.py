@@ -1,10 +1,11 @@
-"""`skyrl/SQL-v0`: answer a question about a SQLite database with one SELECT query.
+"""`skyrl/SQL-v0`: answer a question about a database with one SELECT query.
 
-This module owns the environment: the action grammar (`parse_action`), grading
-(`execution_match`, `component_f1` shaping, `gold_order_matters`, the gold-result cache) and the
-observations (`format_table`). Running a query safely (read-only connection, statement
-check, authorizer, guarded builtins, time limit) is `environments.sql_guard`'s job; its
-public names are re-exported here.
+This module owns the environment: the action grammar (`parse_action`), the episode, the
+`component_f1` shaping, the gold-result cache and the observations (`format_table`). The
+grading rules (Spider's, BIRD's) are `environments.sql_grade`; the drivers (SQLite, DuckDB,
+PostgreSQL) and where a task's database lives are `environments.sql_drivers`; running a query
+safely (read-only connection, statement check, time kill, caps) is `environments.sql_guard`.
+Their public names are re-exported here.
 
 Action grammar (the model's text; `stop_strings` end generation at a closing tag):
 
@@ -18,7 +19,7 @@ model ran out of tokens), a tag inside the body (nested or mismatched tags) or a
 is malformed: an error observation, reward 0, and the turn is spent.
 
 Rewards: `<solution>` gives 1.0 when its result matches the gold query's result under the
-Spider test-suite rule (`execution_match`), else 0.0 (a query that fails to run scores 0.0
+`grader` (Spider's test-suite rule by default, BIRD's set rule), else 0.0 (a query that fails to run scores 0.0
 too). Exploring and malformed turns give 0.0. Running out of turns without a `<solution>`
 truncates the episode with reward `-format_penalty`. Every failure is an observation, never
 an exception.
@@ -28,8 +29,9 @@ from __future__ import annotations
 
 import functools
 import re
+import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,15 @@ import sqlglot
 from sqlglot import exp
 
 from environments.spaces import ActionError, TextSpace
+from environments.sql_drivers import Target, resolve_target
+from environments.sql_grade import (
+    MAX_COLUMN_PERMUTATIONS,
+    check_grader,
+    execution_match,
+    gold_order_matters,
+    postprocess,
+    remove_distinct,
+)
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
 from tasks.task import Task
 
@@ -53,6 +64,9 @@ __all__ = [
     "open_read_only",
     "parse_action",
     "resolve_database",
+    "resolve_target",
+    "Target",
+    "MAX_COLUMN_PERMUTATIONS",
     "query_components",
     "component_f1",
     "run_query",
@@ -64,8 +78,6 @@ MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRADE_MAX_ROWS = 100_000
 """A gold or submitted result larger than this cannot be graded."""
-MAX_COLUMN_PERMUTATIONS = 10_000
-"""Column orders of the prediction tried against the gold result before giving up."""
 GOLD_TIME_FACTOR = 10
 """The gold query gets this many times the per-query time limit."""
 MAX_CELL_CHARS = 80
@@ -93,15 +105,6 @@ def parse_action(text: str) -> tuple[str, str]:
     if not body.strip():
         raise ActionError(f"<{tag}></{tag}> is empty")
     return tag, body.strip()
-
-
-def gold_order_matters(sql: str) -> bool:
-    """True when the gold query has a top-level ORDER BY (then row order is graded)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except Exception:
-        return "order by" in " ".join(sql.lower().split())
-    return tree is not None and tree.args.get("order") is not None
 
 
 # ---------------------------------------------------------------------------- grading
@@ -176,67 +179,6 @@ def component_f1(gold_sql: str, pred_sql: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _normalise(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 6) + 0.0  # + 0.0 folds -0.0 into 0.0
-    return value
-
-
-def execution_match(
-    gold_rows: Sequence[Sequence[Any]], pred_rows: Sequence[Sequence[Any]], order_matters: bool
-) -> bool:
-    """The Spider test-suite rule: same rows as multisets (as lists when `order_matters`),
-    columns matched up to a permutation of the predicted ones, floats rounded to 6 digits."""
-    gold = [tuple(_normalise(v) for v in row) for row in gold_rows]
-    pred = [tuple(_normalise(v) for v in row) for row in pred_rows]
-    if len(gold) != len(pred):
-        return False
-    if not gold:
-        return True
-    width = len(gold[0])
-    if any(len(row) != width for row in gold + pred):
-        return False
-    for perm in _column_permutations(gold, pred, width, order_matters):
-        permuted = [tuple(row[i] for i in perm) for row in pred]
-        if permuted == gold if order_matters else Counter(permuted) == Counter(gold):
-            return True
-    return False
-
-
-def _column_permutations(
-    gold: list[tuple], pred: list[tuple], width: int, order_matters: bool
-) -> Iterator[tuple[int, ...]]:
-    """Bijections gold column -> predicted column whose values agree column by column.
-
-    A predicted column can stand for a gold column only if it holds the same values (the
-    same list when order matters, else the same multiset); this prunes almost every case to
-    one candidate. The search stops after MAX_COLUMN_PERMUTATIONS orders.
-    """
-
-    def column(rows: list[tuple], i: int) -> Any:
-        values = [row[i] for row in rows]
-        return values if order_matters else Counter(values)
-
-    gold_cols = [column(gold, i) for i in range(width)]
-    pred_cols = [column(pred, i) for i in range(width)]
-    candidates = [[k for k in range(width) if pred_cols[k] == g] for g in gold_cols]
-    tried = 0
-
-    def extend(prefix: list[int]) -> Iterator[tuple[int, ...]]:
-        nonlocal tried
-        if tried >= MAX_COLUMN_PERMUTATIONS:
-            return
-        if len(prefix) == width:
-            tried += 1
-            yield tuple(prefix)
-            return
-        for k in candidates[len(prefix)]:
-            if k not in prefix:
-                yield from extend([*prefix, k])
-
-    yield from extend([])
-
-
 def _cell(value: Any) -> str:
     if value is None:
         return "NULL"
@@ -292,44 +234,162 @@ def resolve_database(name_or_path: str | Path) -> Path:
     return Path(sql_tasks.database_path(str(name_or_path))).resolve()
 
 
-@functools.lru_cache(maxsize=64)
-def _schema(path: Path) -> tuple[str, str]:
-    """(compact schema, first table name for the prompt's example) of a database."""
+SCHEMA_FORMATS = ("compact", "create")
+
+
+def _quote(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_]\w*", name) else '"' + name.replace('"', '""') + '"'
+
+
+def _sqlite_file(target: Target) -> Path | None:
+    """The SQLite file whose schema describes the target: its own, or for a bundled database
+    on another driver the bundled SQLite file (same tables, so the same prompt)."""
     from tasks import sql as sql_tasks
 
-    conn = open_read_only(path)
-    try:
-        row = conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY rowid LIMIT 1"
-        ).fetchone()
-    finally:
-        conn.close()
-    first = row[0] if row else "t"
-    if not re.fullmatch(r"[A-Za-z_]\w*", first):
-        first = '"' + first.replace('"', '""') + '"'
-    return sql_tasks.schema_text(str(path)), first
+    if target.kind == "sqlite":
+        return Path(target.location)
+    name = target.schema if target.kind == "postgresql" else Path(target.location).stem
+    if name in sql_tasks.DATABASES and (
+        target.kind == "postgresql" or Path(target.location).parent == sql_tasks.duckdb_folder()
+    ):
+        return sql_tasks.database_path(name)
+    return None
 
 
-_GOLD_CACHE: dict[tuple[str, int, str], tuple[list[tuple], bool]] = {}
-
-
-def gold_result(path: Path, sql: str, time_limit_s: float) -> tuple[list[tuple], bool]:
-    """(rows, order_matters) of a gold query, cached per (database file, version, query).
-
-    A task file's gold query runs under the same guards as the agent's queries."""
-    key = (str(path), path.stat().st_mtime_ns, sql)
-    if key not in _GOLD_CACHE:
+def _tables(target: Target, time_limit_s: float) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(table, [(column, type)]) of a database, in creation order where the DBMS knows it."""
+    sqlite = _sqlite_file(target)
+    if sqlite is not None:  # our own fixed statements: a plain read-only connection
+        conn = sqlite3.connect(f"{sqlite.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            _, rows, more = run_query(path, sql, GRADE_MAX_ROWS, time_limit_s * GOLD_TIME_FACTOR)
+            names = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
+                )
+            ]
+            return [
+                (t, [(c[1], c[2]) for c in conn.execute(f"PRAGMA table_info({_quote(t)})")])
+                for t in names
+            ]
+        finally:
+            conn.close()
+    sql = (
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+    )
+    _, rows, _ = run_query(target, sql, 5000, time_limit_s * GOLD_TIME_FACTOR)
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in rows:
+        tables.setdefault(str(table), []).append((str(column), str(kind).upper()))
+    return list(tables.items())
+
+
+@functools.lru_cache(maxsize=64)
+def _schema(
+    target: Target, version: tuple, fmt: str, sample_rows: int, time_limit_s: float
+) -> tuple[str, str]:
+    """(schema text, first table name for the prompt's example) of a database.
+
+    `compact`: one `table(col TYPE, ...)` line per table and the foreign keys (bundled and
+    SQLite databases); `create`: CREATE TABLE statements, as the SkyRL-SQL and Spider recipes
+    show them. `sample_rows` > 0 adds that many rows of each table (SELECT * ... LIMIT k)."""
+    from tasks import sql as sql_tasks
+
+    tables = _tables(target, time_limit_s)
+    first = _quote(tables[0][0]) if tables else "t"
+    sqlite = _sqlite_file(target)
+    if fmt == "compact" and sqlite is not None:
+        parts = [sql_tasks.schema_text(str(sqlite))]
+    elif fmt == "create" and sqlite is not None:
+        conn = sqlite3.connect(f"{sqlite.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            parts = [
+                str(r[0]).strip() + ";"
+                for r in conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%' AND sql IS NOT NULL ORDER BY rowid"
+                )
+            ]
+        finally:
+            conn.close()
+    elif fmt == "create":
+        parts = [
+            f"CREATE TABLE {_quote(t)} (\n"
+            + ",\n".join(f"  {_quote(c)} {k}" for c, k in cols)
+            + "\n);"
+            for t, cols in tables
+        ]
+    else:
+        parts = [f"{t}({', '.join(f'{c} {k}' for c, k in cols)})" for t, cols in tables]
+    if sample_rows > 0:
+        for table, _ in tables:
+            try:
+                columns, rows, _ = run_query(
+                    target,
+                    f"SELECT * FROM {_quote(table)} LIMIT {int(sample_rows)}",
+                    sample_rows,
+                    time_limit_s,
+                )
+            except QueryError:
+                continue
+            parts.append(
+                f"/* {sample_rows} example rows from {table}:\n"
+                + format_table(columns, rows, False, 2000)
+                + "\n*/"
+            )
+    return "\n".join(parts), first
+
+
+_GOLD_CACHE: dict[tuple, tuple[list[tuple], bool]] = {}
+
+
+def gold_result(
+    where: Path | Target, sql: str, time_limit_s: float, keep_distinct: bool = True
+) -> tuple[list[tuple], bool]:
+    """(rows, order_matters) of a gold query (already in the target's dialect), cached per
+    (database, version, query). A task file's gold query runs under the same guards as the
+    agent's queries; Spider's text repairs apply, and DISTINCT goes unless `keep_distinct`."""
+    target = where if isinstance(where, Target) else Target("sqlite", str(Path(where).resolve()))
+    key = (target, target.version(), sql, keep_distinct)
+    if key not in _GOLD_CACHE:
+        query = postprocess(sql)
+        if not keep_distinct:
+            query = remove_distinct(query, target.dialect)
+        try:
+            _, rows, more = run_query(
+                target, query, GRADE_MAX_ROWS, time_limit_s * GOLD_TIME_FACTOR
+            )
         except QueryError as e:
-            raise ValueError(f"the gold query fails on {path}: {e}") from None
+            raise ValueError(f"the gold query fails on {target.describe()}: {e}") from None
         if more:
-            raise ValueError(f"the gold query returns more than {GRADE_MAX_ROWS} rows on {path}")
+            raise ValueError(
+                f"the gold query returns more than {GRADE_MAX_ROWS} rows on {target.describe()}"
+            )
         if len(_GOLD_CACHE) > 4096:
             _GOLD_CACHE.clear()
         _GOLD_CACHE[key] = (rows, gold_order_matters(sql))
     return _GOLD_CACHE[key]
+
+
+def gold_sql(task: Task, target: Target) -> str:
+    """The task's gold query in the target's dialect: transpiled by sqlglot from the task's
+    `metadata.dialect` (default `sqlite`, the bundled suite's) when the two differ."""
+    source = str(task.metadata.get("dialect") or "sqlite")
+    answer = str(task.answer).strip()
+    if source == target.dialect:
+        return answer
+    try:
+        out = sqlglot.transpile(answer, read=source, write=target.dialect)
+    except Exception as e:  # ParseError, UnsupportedError, TokenError
+        raise ValueError(
+            f"task {task.id!r}: the gold query cannot be translated from {source} to "
+            f"{target.dialect} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        ) from None
+    if len(out) != 1:
+        raise ValueError(f"task {task.id!r}: the gold query must be one statement")
+    return out[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -349,7 +409,8 @@ def _question(task: Task) -> str:
 
 
 class SQLEnv(gym.Env):
-    """Explore a SQLite database with read-only queries, then submit one as the answer."""
+    """Explore a database (SQLite, DuckDB or PostgreSQL) with read-only queries, then submit
+    one as the answer."""
 
     metadata = {"render_modes": []}
     stop_strings = ("</sql>", "</solution>")
@@ -364,10 +425,46 @@ class SQLEnv(gym.Env):
         max_obs_chars: int = 2000,
         response_prefix: str = "",
         partial_credit: float = 0.0,
+        dsn: str | None = None,
+        grader: str = "spider",
+        keep_distinct: bool = True,
+        float_decimals: int | None = None,
+        schema_format: str | None = None,
+        sample_rows: int | None = None,
         **kwargs: Any,
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.dsn = dsn
+        """Where bundled databases live: `sqlite:` (None, the default), `duckdb:[FOLDER]`, or
+        `postgresql://...` (one schema per bundled database); a task's own DSN wins."""
+        self.grader = check_grader(grader)
+        """`spider` (test-suite execution match) or `bird` (set match); a task's
+        `metadata.grader` wins."""
+        self.keep_distinct = keep_distinct
+        """Spider only: keep DISTINCT (True) or drop it from both queries, as test-suite-sql-eval
+        does unless given `--keep_distinct`."""
+        if float_decimals is not None and not 0 <= float_decimals <= 15:
+            raise ValueError(f"float_decimals must be between 0 and 15, got {float_decimals}")
+        self.float_decimals = float_decimals
+        """Round floats to this many decimals before comparing; None compares exactly, as the
+        official evaluators do."""
+        if schema_format is not None and schema_format not in SCHEMA_FORMATS:
+            raise ValueError(
+                f"unknown schema_format {schema_format!r}; accepted: {', '.join(SCHEMA_FORMATS)}"
+            )
+        self.schema_format = schema_format
+        """How the prompt shows the schema (`compact`, `create`); None: the task's
+        `metadata.schema_format`, else `compact`."""
+        self.sample_rows = sample_rows
+        """Example rows per table in the prompt; None: the task's `metadata.sample_rows`, else 0."""
+        if dsn is not None and not dsn.startswith(
+            ("sqlite", "duckdb:", "postgresql://", "postgres://")
+        ):
+            raise ValueError(
+                f"dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "
+                "postgresql://USER@HOST/DB"
+            )
         self.max_turns = max_turns
         self.database = database
         self.format_penalty = format_penalty
@@ -381,8 +478,10 @@ class SQLEnv(gym.Env):
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
         self.action_space = TextSpace(MAX_ACTION_CHARS)
         self._task: Task | None = None
-        self._db: Path | None = None
+        self._db: Target | None = None
         self._gold: tuple[list[tuple], bool] = ([], False)
+        self._gold_sql = ""
+        self._grading: tuple[str, bool] = (self.grader, self.keep_distinct)
         self._turns_left = 0
 
     def reset(
@@ -405,16 +504,27 @@ class SQLEnv(gym.Env):
             )
         if not isinstance(task.answer, str) or not task.answer.strip():
             raise ValueError(f"task {task.id!r} has no gold SQL in its `answer` field")
-        path = resolve_database(database)
-        self._gold = gold_result(path, task.answer, self.time_limit_s)
-        self._db = path
+        target = resolve_target(str(database), self.dsn)
+        grader = check_grader(str(task.metadata.get("grader") or self.grader))
+        keep_distinct = grader == "bird" or self.keep_distinct
+        self._gold_sql = gold_sql(task, target)
+        self._gold = gold_result(target, self._gold_sql, self.time_limit_s, keep_distinct)
+        self._db, self._grading = target, (grader, keep_distinct)
         self._task, self._turns_left = task, self.max_turns
-        schema, first_table = _schema(path)
+        fmt = self.schema_format or str(task.metadata.get("schema_format") or "compact")
+        if fmt not in SCHEMA_FORMATS:
+            raise ValueError(f"task {task.id!r}: unknown schema_format {fmt!r}")
+        rows = (
+            self.sample_rows if self.sample_rows is not None else task.metadata.get("sample_rows")
+        )
+        schema, first_table = _schema(
+            target, target.version(), fmt, max(0, int(rows or 0)), self.time_limit_s
+        )
         # Small models copy the example: it shows the answer tag, the thing they must learn.
         observation = (
             f"Tables:\n{schema}\n"
             f"Question: {_question(task)}\n"
-            "Reply with one SQLite query inside <solution></solution>, e.g. "
+            f"Reply with one {target.label} query inside <solution></solution>, e.g. "
             f"<solution>SELECT COUNT(*) FROM {first_table}</solution>. To look at the data first, "
             f"send <sql>query</sql> (shows up to {self.max_rows} rows). Turns left: {self._turns_left}"
         )
@@ -450,7 +560,11 @@ class SQLEnv(gym.Env):
         the gold query as the solution. For supervised warm-up (`warmup.sft_steps`)."""
         if not isinstance(task.answer, str) or not task.answer.strip():
             return None
-        text = f"<solution>{task.answer.strip()}</solution>"
+        answer = task.answer.strip()
+        database = task.metadata.get("database") or self.database
+        if database:
+            answer = gold_sql(task, resolve_target(str(database), self.dsn))
+        text = f"<solution>{answer}</solution>"
         if not text.startswith(self.response_prefix):
             return None
         return text[len(self.response_prefix) :]
@@ -482,13 +596,19 @@ class SQLEnv(gym.Env):
 
     def _grade(self, query: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         assert self._db is not None and self._task is not None
-        gold_sql = str(self._task.answer)
+        gold_sql = self._gold_sql
         self._task = None
         gold_rows, order_matters = self._gold
+        grader, keep_distinct = self._grading
         error = None
         try:
-            _, rows, more = run_query(self._db, query, GRADE_MAX_ROWS, self.time_limit_s)
-            correct = not more and execution_match(gold_rows, rows, order_matters)
+            graded = postprocess(query)
+            if not keep_distinct:
+                graded = remove_distinct(graded, self._db.dialect)
+            _, rows, more = run_query(self._db, graded, GRADE_MAX_ROWS, self.time_limit_s)
+            correct = not more and execution_match(
+                gold_rows, rows, order_matters, grader, self.float_decimals
+            )
             if more:
                 error = f"the result has more than {GRADE_MAX_ROWS} rows"
         except QueryError as e:

@@ -14,6 +14,10 @@ and sqlite heap are capped, sorts stay in memory, and a result is capped in byte
 as rows, so no query grows the host process by more than `MAX_RESULT_BYTES`. Every failure
 is a `QueryError` whose message is fit to show the agent.
 
+DuckDB and PostgreSQL (`environments.sql_drivers`) run in the same workers under the same
+time kill, caps and statement check (parsed in their own dialect), each read-only by its own
+means as well.
+
 The environment itself (action grammar, grading, observations) lives in `environments.sql`.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import functools
 import json
 import logging
 import os
@@ -36,6 +41,8 @@ from typing import Any
 
 import sqlglot
 from sqlglot import exp
+
+from environments.sql_drivers import Target, open_driver
 
 # sqlglot logs a warning for every statement it falls back to parsing as a raw Command;
 # a policy in training writes thousands of those, and we already reject them with a message.
@@ -62,14 +69,14 @@ class QueryError(ValueError):
 # ---------------------------------------------------------------------------- statement check
 
 
-def check_read_only(sql: str) -> None:
+def check_read_only(sql: str, dialect: str = "sqlite") -> None:
     """Level 2: exactly one SELECT (or WITH ... SELECT, set operation, VALUES) statement.
 
-    Text sqlglot cannot parse goes on to sqlite, whose syntax error is the clearer message;
-    levels 1 and 3 still hold for it.
+    Text sqlglot cannot parse goes on to the database, whose syntax error is the clearer
+    message; levels 1 and 3 (each driver's own read-only means) still hold for it.
     """
     try:
-        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None]
+        trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
     except Exception:  # sqlglot.ParseError, TokenError, RecursionError on deep nesting
         return
     if not trees:
@@ -202,7 +209,7 @@ WORKER_HEAP_BYTES = 256_000_000
 MAX_IDLE_WORKERS = 8
 """Idle workers kept per database for the next query (episodes come and go quickly)."""
 _START_TIMEOUT_S = 60.0
-_WORKER_ENV = ("PATH", "PYTHONPATH", "TMPDIR", "LANG", "LC_ALL")
+_WORKER_ENV = ("PATH", "PYTHONPATH", "TMPDIR", "LANG", "LC_ALL", "HOME", "PGPASSFILE", "PGPASSWORD")
 _MAX_ERROR_CHARS = 500
 
 
@@ -216,27 +223,34 @@ def _unblob(obj: dict[str, Any]) -> Any:
     return base64.b64decode(obj["$blob"]) if set(obj) == {"$blob"} else obj
 
 
+def encode_rows(columns: list[str], rows: Any, max_rows: int, max_bytes: int) -> bytes:
+    """The worker's reply as JSON, rows taken one at a time and counted in bytes, so a few
+    huge rows stop as early as many small ones."""
+    out: list[str] = []
+    size, more = 0, False
+    for row in rows:
+        if len(out) == max_rows:
+            more = True
+            break
+        out.append(json.dumps(row, default=_blob))
+        size += len(out[-1]) + 1
+        if size > max_bytes:
+            raise QueryError(f"the result is larger than {max_bytes:,} bytes; select less")
+    head = json.dumps({"columns": columns, "more": more})
+    return (head[:-1] + ', "rows": [' + ",".join(out) + "]}").encode("ascii")
+
+
 def _execute(
     conn: sqlite3.Connection, sql: str, max_rows: int, max_bytes: int, time_limit_s: float
 ) -> bytes:
-    """In the worker: run one query; the reply as JSON, rows fetched one at a time and counted
-    in bytes, so a few huge rows stop as early as many small ones."""
+    """In the worker: run one query on sqlite; the reply as JSON (`encode_rows`)."""
     deadline = time.monotonic() + time_limit_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
     cursor = None
-    rows: list[str] = []
-    size, more = 0, False
     try:
         cursor = conn.execute(sql)
         columns = [d[0] for d in cursor.description or ()]
-        for row in cursor:
-            if len(rows) == max_rows:
-                more = True
-                break
-            rows.append(json.dumps(row, default=_blob))
-            size += len(rows[-1]) + 1
-            if size > max_bytes:
-                raise QueryError(f"the result is larger than {max_bytes:,} bytes; select less")
+        return encode_rows(columns, cursor, max_rows, max_bytes)
     except (sqlite3.Error, ValueError, OverflowError, MemoryError) as e:
         if isinstance(e, QueryError):
             raise
@@ -255,37 +269,46 @@ def _execute(
         if cursor is not None:
             cursor.close()
         conn.set_progress_handler(None, 0)
-    head = json.dumps({"columns": columns, "more": more})
-    return (head[:-1] + ', "rows": [' + ",".join(rows) + "]}").encode("ascii")
 
 
-def _serve(path: str) -> None:
-    """The worker process: open `path`, then answer one JSON request per stdin line."""
+def _serve(target_json: str) -> None:
+    """The worker process: open the target, then answer one JSON request per stdin line."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     out = sys.stdout.buffer
+    target = Target.from_json(target_json)
 
     def send(data: bytes) -> None:
         out.write(len(data).to_bytes(8, "big") + data)
         out.flush()
 
     try:
-        conn = open_read_only(Path(path), heap_limit_bytes=WORKER_HEAP_BYTES)
-    except (sqlite3.Error, OSError) as e:
-        send(json.dumps({"error": f"cannot open the database: {e}"}).encode())
+        if target.kind == "sqlite":
+            conn = open_read_only(Path(target.location), heap_limit_bytes=WORKER_HEAP_BYTES)
+        else:
+            driver = open_driver(target)
+    except QueryError as e:
+        send(json.dumps({"error": str(e)[:_MAX_ERROR_CHARS]}).encode())
+        return
+    except Exception as e:  # noqa: BLE001 - any driver's connection error, shown in one line
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        send(
+            json.dumps({"error": f"cannot open the database: {first}"[:_MAX_ERROR_CHARS]}).encode()
+        )
         return
     send(b"{}")
     for line in sys.stdin.buffer:
         request = json.loads(line)
         try:
-            reply = _execute(
-                conn,
-                request["sql"],
-                request["max_rows"],
-                request["max_bytes"],
-                request["time_limit_s"],
-            )
+            sql, limit = request["sql"], request["time_limit_s"]
+            if target.kind == "sqlite":
+                reply = _execute(conn, sql, request["max_rows"], request["max_bytes"], limit)
+            else:
+                sink = functools.partial(
+                    encode_rows, max_rows=request["max_rows"], max_bytes=request["max_bytes"]
+                )
+                reply = driver.execute(sql, limit, sink)
         except QueryError as e:
             reply = json.dumps({"error": str(e)[:_MAX_ERROR_CHARS]}).encode()
         send(reply)
@@ -296,17 +319,22 @@ class _Late(Exception):
 
 
 class _Worker:
-    """A child process that owns one read-only connection to one database file."""
+    """A child process that owns one read-only connection to one database."""
 
-    def __init__(self, path: Path) -> None:
-        stat = path.stat()
-        self.version = (stat.st_ino, stat.st_mtime_ns)
+    def __init__(self, target: Target) -> None:
+        self.version = target.version()
         self.owner = os.getpid()
         code = "import sys; sys.path.insert(0, sys.argv[1]); import environments.sql_guard as g; g._serve(sys.argv[2])"  # noqa: E501
         # start_new_session: a Ctrl-C to the run does not kill a worker mid-episode; a worker
         # exits when its stdin closes, so it never outlives the process that started it.
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(Path(__file__).resolve().parents[1]), str(path)],
+            [
+                sys.executable,
+                "-c",
+                code,
+                str(Path(__file__).resolve().parents[1]),
+                target.to_json(),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -351,12 +379,11 @@ class _Worker:
         self.proc.stdin.flush()
         return self._reply(deadline, request["max_bytes"] + 64 * 1024)
 
-    def usable(self, path: Path) -> bool:
+    def usable(self, target: Target) -> bool:
         try:
-            stat = path.stat()
+            same = target.version() == self.version
         except OSError:
             return False
-        same = (stat.st_ino, stat.st_mtime_ns) == self.version
         return same and self.owner == os.getpid() and self.proc.poll() is None
 
     def kill(self) -> None:
@@ -369,24 +396,24 @@ class _Worker:
                 pipe.close()
 
 
-_IDLE: dict[Path, list[_Worker]] = {}
+_IDLE: dict[Target, list[_Worker]] = {}
 _IDLE_LOCK = threading.Lock()
 
 
-def _checkout(path: Path) -> _Worker:
+def _checkout(target: Target) -> _Worker:
     with _IDLE_LOCK:
-        idle = _IDLE.get(path, [])
+        idle = _IDLE.get(target, [])
         while idle:
             worker = idle.pop()
-            if worker.usable(path):
+            if worker.usable(target):
                 return worker
             worker.kill()
-    return _Worker(path)
+    return _Worker(target)
 
 
-def _checkin(path: Path, worker: _Worker) -> None:
+def _checkin(target: Target, worker: _Worker) -> None:
     with _IDLE_LOCK:
-        idle = _IDLE.setdefault(path, [])
+        idle = _IDLE.setdefault(target, [])
         if len(idle) < MAX_IDLE_WORKERS:
             idle.append(worker)
             return
@@ -404,18 +431,19 @@ def close_workers() -> None:
 
 
 def run_query(
-    path: Path,
+    where: Path | Target,
     sql: str,
     max_rows: int,
     time_limit_s: float,
     max_bytes: int = MAX_RESULT_BYTES,
 ) -> tuple[list[str], list[tuple], bool]:
-    """Run one read-only query on the database at `path` in a worker process:
-    (column names, at most max_rows rows, whether more exist)."""
+    """Run one read-only query on a database (a SQLite path or any `Target`) in a worker
+    process: (column names, at most max_rows rows, whether more exist)."""
+    target = where if isinstance(where, Target) else Target("sqlite", str(Path(where).resolve()))
     if len(sql) > MAX_QUERY_CHARS:
         raise QueryError(f"the query is {len(sql)} characters; the limit is {MAX_QUERY_CHARS}")
-    check_read_only(sql)
-    worker = _checkout(path)
+    check_read_only(sql, target.dialect)
+    worker = _checkout(target)
     request = {"sql": sql, "max_rows": max_rows, "max_bytes": max_bytes}
     request["time_limit_s"] = time_limit_s
     try:
@@ -426,7 +454,7 @@ def run_query(
     except (EOFError, OSError, ValueError):  # killed by its memory limit, or a broken reply
         worker.kill()
         raise QueryError("the query ran out of memory") from None
-    _checkin(path, worker)
+    _checkin(target, worker)
     if "error" in reply:
         raise QueryError(str(reply["error"]))
     return reply["columns"], [tuple(row) for row in reply["rows"]], bool(reply["more"])

@@ -66,6 +66,24 @@ def database_path(name: str) -> Path:
     raise ValueError(f"unknown database '{name}'; known: {', '.join(DATABASES)}")
 
 
+def duckdb_folder() -> Path:
+    """Where `env.kwargs.dsn=duckdb:` keeps the DuckDB copies of the bundled databases."""
+    return cache_dir() / "sql" / VERSION / "duckdb"
+
+
+def duckdb_path(name: str, folder: Path | None = None) -> Path:
+    """A bundled database as a DuckDB file in `folder` (default `duckdb_folder()`), copied
+    from its SQLite file on first use (`tasks.sql.materialise`)."""
+    from tasks.sql.materialise import to_duckdb
+
+    if name not in _DOMAINS:
+        raise ValueError(f"unknown database '{name}'; known: {', '.join(DATABASES)}")
+    path = (folder or duckdb_folder()) / f"{name}.duckdb"
+    if not path.exists():
+        to_duckdb(database_path(name), path)
+    return path
+
+
 def build_all(folder: Path) -> None:
     """Build every bundled database into folder, atomically per file.
 

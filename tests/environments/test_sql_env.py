@@ -104,10 +104,12 @@ def test_execution_match_columns_up_to_permutation():
 
 
 def test_execution_match_floats_and_nulls():
-    assert execution_match([(0.3,)], [(0.1 + 0.2,)], order_matters=False)
+    # Exact, as both official evaluators compare; rounding is the explicit float_decimals.
+    assert not execution_match([(0.3,)], [(0.1 + 0.2,)], order_matters=False)
+    assert execution_match([(0.3,)], [(0.1 + 0.2,)], order_matters=False, float_decimals=6)
     assert execution_match([(1,)], [(1.0,)], order_matters=False)
-    assert execution_match([(1 / 3,)], [(0.3333333,)], order_matters=False)
-    assert not execution_match([(0.33,)], [(0.333,)], order_matters=False)
+    assert execution_match([(1 / 3,)], [(0.3333333,)], False, float_decimals=6)
+    assert not execution_match([(0.33,)], [(0.333,)], False, float_decimals=6)
     assert execution_match([(None, -0.0)], [(None, 0.0)], order_matters=False)
     assert not execution_match([(None,)], [(0,)], order_matters=False)
     assert not execution_match([("1",)], [(1,)], order_matters=False)
@@ -115,10 +117,11 @@ def test_execution_match_floats_and_nulls():
     assert not execution_match([(1,)], [], order_matters=False)
 
 
-def test_gold_order_matters_only_for_top_level_order_by():
+def test_gold_order_matters_when_its_text_says_order_by():
+    """Spider's rule (a substring test): an ORDER BY anywhere, subqueries included."""
     assert gold_order_matters("SELECT a FROM t ORDER BY a DESC")
     assert gold_order_matters("SELECT a FROM t UNION SELECT b FROM u ORDER BY 1")
-    assert not gold_order_matters("SELECT a FROM (SELECT a FROM t ORDER BY a) LIMIT 3")
+    assert gold_order_matters("SELECT a FROM (SELECT a FROM t ORDER BY a) LIMIT 3")
     assert not gold_order_matters("SELECT a FROM t")
 
 
