@@ -110,7 +110,13 @@ def resolve(name: str, declared: dict[str, str] | None = None) -> EnvSpec:
     """Find an environment by name; ValueError lists the known names."""
     specs = known_envs(declared)
     if name not in specs:
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(specs))}")
+        hint = (
+            ""
+            if declared
+            else "; a project's own environments are named in its skyrl.yaml "
+            "(environments: {NAME: file.py:Class}): run from the project folder or pass --config"
+        )
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(specs))}{hint}")
     return specs[name]
 
 

@@ -62,13 +62,14 @@ def envs(
         for r in rows:
             print(json.dumps(r))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from skyrl_cli.style import console
 
     table = Table("name", "kind", "id / entry", "actions", box=None)
     for r in rows:
         table.add_row(str(r["name"]), str(r["kind"]), str(r["id"]), str(r["grammar"]))
-    Console().print(table)
+    console().print(table)
     print("\ntrain one: skyrl train --env NAME   (plugins: --tasks FILE for your own tasks)")
 
 

@@ -29,7 +29,7 @@ from agents.agent_loop import Budget, GenerateFn
 from agents.chat import ChatFormat
 from agents.engine import GenRequest, GenResult
 from agents.sampling import Local, SamplingClient
-from tasks.task import Task, load_tasks
+from tasks.task import Task, load_tasks, select_split
 
 SPLITS = ("dev", "test", "train")
 
@@ -103,6 +103,10 @@ def resolve_eval_model(spec: str) -> ModelRef:
         return ModelRef(spec, ckpt / "model", path, _step_of(ckpt))
     if (path / "trainer_state.json").is_file() and (path / "model").is_dir():
         return ModelRef(spec, path / "model", path.parent.parent, _step_of(path))
+    if not path.exists() and spec not in PRESETS and _looks_local(path):
+        raise ValueError(
+            f"{spec} does not exist (no run directory, checkpoint or model folder there)"
+        )
     if spec not in PRESETS and not path.exists() and spec.count("/") != 1:
         raise ValueError(
             f"unknown model {spec!r}; use a run directory, a checkpoint, a preset "
@@ -176,9 +180,8 @@ def load_eval_tasks(cfg: Any, opts: EnvEvalOptions) -> tuple[list[Task], str]:
         path = Path(cfg.env.tasks)
         if not path.is_absolute() and cfg.project_dir:
             path = Path(cfg.project_dir) / path
-        tasks, label = load_tasks(path), split
-        if any(t.split for t in tasks):
-            tasks = [t for t in tasks if t.split == split]
+        tasks, label = load_tasks(path), split  # a run's held-out part with eval.holdout
+        tasks = select_split(tasks, split, holdout=cfg.eval.holdout, eval_split=cfg.eval.split)
     else:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLITS)}")
@@ -271,14 +274,15 @@ def write_outputs(out: Path, report: dict[str, Any], records: list[dict[str, Any
 
 
 def log_to_mlflow(cfg: Any, ref: ModelRef, report: dict[str, Any], out: Path) -> None:
-    """One MLflow run per evaluation, in the run's store (or ./runs/mlflow.db)."""
-    from trainers.tracking import MLflowTracker, default_uri
+    """One MLflow run per evaluation, in the run's store (or ./runs/.mlflow/mlflow.db)."""
+    from trainers.tracking import MLflowTracker, default_store
 
     runs_dir = ref.run_dir.parent if ref.run_dir is not None else Path("runs")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    uri = cfg.tracking.uri or default_uri(runs_dir)
+    uri, artifacts = default_store(runs_dir)  # runs/.mlflow/, out of the listing of runs
+    uri = cfg.tracking.uri or uri
     run_name = f"eval-{ref.run_dir.name if ref.run_dir else cfg.env.name}-{report['name']}"
-    tracker = MLflowTracker(uri, cfg.tracking.experiment, run_name, runs_dir / "mlartifacts", None)
+    tracker = MLflowTracker(uri, cfg.tracking.experiment, run_name, artifacts, None)
     keys = ("env", "model", "split", "temperature", "samples", "n", "step")
     tracker.log_params({f"eval.{k}": report[k] for k in keys if k in report})
     metrics = {
@@ -293,10 +297,10 @@ def log_to_mlflow(cfg: Any, ref: ModelRef, report: dict[str, Any], out: Path) ->
 
 def print_table(report: dict[str, Any], env: str, label: str) -> None:
     """Overall and per-metadata-group accuracy (and pass@k) as a table on stdout."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    from skyrl_cli.style import console
     from tui.reader import terminal_safe
 
     def safe(text: str) -> Text:  # group names come from task data: escaped, never markup
@@ -316,7 +320,7 @@ def print_table(report: dict[str, Any], env: str, label: str) -> None:
         for value, row in groups.items():
             cells = [f"{row.get(f'pass@{k}', 0.0):.1%}" for k in ks]
             table.add_row(safe(f"{key}={value}"), str(row["tasks"]), *cells, "", "")
-    Console(width=120).print(table)
+    console(width=120).print(table)
 
 
 def note(text: str) -> None:
@@ -327,10 +331,10 @@ class EpisodeBar:
     """A rich progress bar with ETA over episodes on a TTY; a plain line per batch elsewhere."""
 
     def __init__(self, total: int) -> None:
-        from rich.console import Console
+        from skyrl_cli.style import console
 
         self.total, self.done, self.start = total, 0, time.time()
-        self.console = Console(stderr=True)
+        self.console = console(stderr=True)
         self.bar: Any = None
 
     def __enter__(self) -> EpisodeBar:
@@ -364,3 +368,14 @@ class EpisodeBar:
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def _looks_local(path: Path) -> bool:
+    """A path meant on this disk: absolute, ./ or ~/, or under a folder that exists here
+    (`runs/nope`), where an HF id (`org/name`) names no local folder."""
+    text = str(path)
+    return (
+        path.is_absolute()
+        or text.startswith((".", "~"))
+        or (len(path.parts) > 1 and path.parent.is_dir())
+    )

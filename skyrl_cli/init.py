@@ -84,7 +84,8 @@ def init(
     path.mkdir(parents=True, exist_ok=True)
     for name in ("my_env.py", "tasks.jsonl"):
         shutil.copy(TEMPLATE / name, path / name)
-    readme = (TEMPLATE / "README.md").read_text(encoding="utf-8").replace("{name}", path.name)
+    title = path.resolve().name  # `skyrl init .` names the project after the folder
+    readme = (TEMPLATE / "README.md").read_text(encoding="utf-8").replace("{name}", title)
     (path / "README.md").write_text(readme, encoding="utf-8")
     if env == "my_env":
         layer = {
@@ -99,4 +100,5 @@ def init(
         cfg = build_config([], env_name=env)
     (path / "skyrl.yaml").write_text(commented_yaml(cfg), encoding="utf-8")
     print(f"created {path}/ (skyrl.yaml, my_env.py, tasks.jsonl, README.md)")
-    print(f"next: cd {path} && skyrl train --max-steps 2")
+    here = path.resolve() == Path.cwd().resolve()
+    print("next: skyrl train" if here else f"next: cd {path} && skyrl train")

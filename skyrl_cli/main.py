@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated
+
 import typer
+import typer.core
+
+try:  # Typer >= 0.26 carries its own copy of Click
+    from typer._click.core import Context, Parameter
+    from typer._click.exceptions import ClickException, UsageError
+except ImportError:  # pragma: no cover - older Typer runs on Click itself
+    from click import Context, Parameter  # type: ignore[assignment]
+    from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
 from skyrl_cli import envs as envs_cmd
 from skyrl_cli import eval as eval_cmd
@@ -18,7 +32,7 @@ app = typer.Typer(
 \b
 Examples:
   skyrl init my-agent                   # scaffold a project
-  skyrl train --env sql                 # GRPO on the bundled SQL tasks (~20 min on a CPU)
+  skyrl train --env sql                 # GRPO on the bundled SQL tasks (~25 min on 2 cores)
   skyrl train --env math --model tiny --max-steps 5
   skyrl train --resume runs/<id>        # continue after Ctrl-C, a crash or kill -9
   skyrl runs                            # list runs and their state
@@ -26,12 +40,37 @@ Examples:
   skyrl eval --env math --model runs/<id>          # accuracy, pass@k of a trained model
   skyrl eval --suite swe-bench-mini --agent gold   # SWE-bench-style resolved rate
 """,
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
+    add_completion=True,
+    rich_markup_mode="rich",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            print(f"skyrl {package_version('skyrl')}")
+        except PackageNotFoundError:  # a source tree that was never installed
+            print("skyrl (not installed)")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    if ctx.invoked_subcommand is None:  # bare `skyrl`: the help, and no error
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
+
+
 app.command("init")(init_cmd.init)
 app.command("train")(train_cmd.train)
 app.command("runs")(runs_cmd.runs)
@@ -39,9 +78,54 @@ app.command("envs")(envs_cmd.envs)
 app.command("watch")(watch_cmd.watch)
 app.command("eval")(eval_cmd.eval_)
 
+# Help shows values the way CLIs usually do (`--model TEXT`, `init PATH`), not Typer's
+# internal type labels (`<str>`, `<list[str]>`, `{path}`); a flag shows no value at all.
+_LABELS = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "list[str]": "TEXT"}
+
+
+def _value_label(param: Parameter, ctx: Context) -> str | None:
+    if param.metavar is not None:
+        return param.metavar
+    if getattr(param, "is_flag", False):
+        return None
+    label = typer.core.TyperOption.display_type(param, ctx).strip("<>")  # type: ignore[arg-type]
+    return _LABELS.get(label, label.upper())
+
+
+def _usage_name(param: typer.core.TyperArgument) -> str:
+    name = (param.metavar or param.name or "").upper()
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
+
+
+typer.core.TyperOption.display_type_rich = _value_label  # type: ignore[method-assign,assignment]
+typer.core.TyperArgument.display_type_rich = _value_label  # type: ignore[method-assign,assignment]
+typer.core.TyperArgument.display_name_raw = property(  # type: ignore[method-assign,assignment]
+    lambda self: (self.metavar or self.name or "").upper()
+)
+typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign,assignment]
+
 
 def main() -> None:
-    app()
+    """Run the app; usage errors read like every other error: one `error:` line, exit 2."""
+    if os.environ.get("NO_COLOR"):  # no-color.org: no colour; we drop bold and dim as well
+        from typer import rich_utils
+
+        rich_utils.COLOR_SYSTEM = None
+    try:
+        code = app(standalone_mode=False)
+    except UsageError as e:
+        command = e.ctx.command_path if e.ctx is not None else "skyrl"
+        message = e.format_message().rstrip(".")
+        print(f"error: {message} (see {command} --help)", file=sys.stderr)
+        sys.exit(2)
+    except ClickException as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Abort:  # Ctrl-C outside a command's own handling
+        print(file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

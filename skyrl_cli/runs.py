@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from skyrl_cli.style import console
 from tui.reader import list_runs  # one reader of run directories, shared with the watch UI
 
 
@@ -38,9 +39,8 @@ def runs(
             print(json.dumps(r))
         return
     if not rows:
-        print(f"no runs in {runs_dir}/ yet; start one with: skyrl train --env sql")
+        print(no_runs(runs_dir))
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -69,4 +69,9 @@ def runs(
             Text(r["last_eval"] or "-"),
         )
     # piped (scripts, CI logs): never truncate; a terminal gets a table that fits it
-    Console(width=None if sys.stdout.isatty() else 1000).print(table)
+    console(width=None if sys.stdout.isatty() else 1000).print(table)
+
+
+def no_runs(runs_dir: Path) -> str:
+    """What `skyrl runs` and `skyrl watch --once` say (exit 0) when there is nothing to show."""
+    return f"no runs in {runs_dir}/ yet; start one with: skyrl train --env sql"

@@ -11,10 +11,7 @@ from typing import Annotated
 
 import typer
 
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(message, err=True)
-    return typer.Exit(2)
+from skyrl_cli.errors import fail
 
 
 def watch(
@@ -40,15 +37,17 @@ def watch(
       skyrl watch --once                    # summary of the latest run, then exit
       skyrl watch --once --runs-dir /data/runs
     """
+    from skyrl_cli.runs import no_runs
     from tui.reader import is_run_dir, latest_run
 
     if run_dir is not None and not is_run_dir(run_dir):
-        raise _fail(f"{run_dir} is not a run directory (it has no config.yaml or status.json).")
+        fail(f"{run_dir} is not a run directory (it has no config.yaml or status.json)")
     if once:
         if run_dir is None:
             run_dir = latest_run(runs_dir)
-            if run_dir is None:
-                raise _fail(f"No runs in {runs_dir}/ yet; start one with: skyrl train --env sql")
+            if run_dir is None:  # nothing to show is no error, as for `skyrl runs`
+                typer.echo(no_runs(runs_dir))
+                return
         from tui.reader import RunReader
         from tui.summary import summary_text
 
