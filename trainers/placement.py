@@ -62,6 +62,11 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
         return {"address": address, **quiet}
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
+    # Ray starts workers at nice +15 (its worker_niceness), and the workers (learner,
+    # engines) are all of a run's work: they would lose the CPU to any editor or test run.
+    # Here they run at the priority `skyrl train` was started with; `nice -n 10 skyrl
+    # train` lowers the whole run, RAY_worker_niceness=N only the workers.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     return {
         "include_dashboard": False,
         "num_cpus": os.cpu_count() or 1,
