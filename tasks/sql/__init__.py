@@ -27,7 +27,7 @@ from tasks.sql import airline, bookshop, hospital, music, university
 from tasks.sql.questions import DIFFICULTIES, assign_splits, entity_templates, generate
 from tasks.task import Task
 
-VERSION = "v1"
+VERSION = "v2"
 """Bump when the generator changes, so old caches are not mistaken for new ones."""
 
 _DOMAINS: dict[str, ModuleType] = {
@@ -48,6 +48,15 @@ _PLAN: dict[str, tuple[str, dict[str, int]]] = {
     "airline": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
     "hospital": ("dev", {"easy": 22, "medium": 14, "hard": 8}),
     "music": ("test", {"easy": 35, "medium": 28, "hard": 17}),
+}
+
+# database -> (table, column): about 8% of its cells are NULL, so golds carry NULLs.
+_NULLED: dict[str, tuple[str, str]] = {
+    "bookshop": ("authors", "country"),
+    "university": ("students", "city"),
+    "airline": ("passengers", "nationality"),
+    "hospital": ("patients", "city"),
+    "music": ("artists", "country"),
 }
 
 _suite: list[Task] | None = None
@@ -109,6 +118,12 @@ def build_database(name: str, path: Path) -> None:
         conn.execute("PRAGMA foreign_keys = ON")  # the seeded rows must respect them
         conn.executescript(domain.SCHEMA)
         rows = domain.build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
+        table, column = _NULLED[name]
+        index = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")].index(column)
+        blank = random.Random(f"skyrl-sql-{VERSION}-{name}-nulls")
+        rows[table] = [
+            (*r[:index], None, *r[index + 1 :]) if blank.random() < 0.08 else r for r in rows[table]
+        ]
         for table, table_rows in rows.items():
             marks = ", ".join("?" * len(table_rows[0]))
             conn.executemany(f"INSERT INTO {table} VALUES ({marks})", table_rows)

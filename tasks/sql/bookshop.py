@@ -105,7 +105,7 @@ TEMPLATES = (
     medium("What is the average price of the books written by {a}?",
            f"SELECT AVG(books.price) {_BY_AUTHOR} WHERE authors.name = '{{a}}'", a=_AUTHORS),
     medium("Which author has written the most books?",
-           f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id ORDER BY COUNT(*) DESC LIMIT 1",
+           f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id, authors.name ORDER BY COUNT(*) DESC LIMIT 1",
            keys="SELECT COUNT(*) FROM books GROUP BY author_id ORDER BY 1 DESC"),
     medium("How many orders has the customer {c} placed?",
            "SELECT COUNT(*) FROM orders JOIN customers ON orders.customer_id = customers.id "
@@ -119,7 +119,7 @@ TEMPLATES = (
     medium("How many copies of the book '{b}' have been sold?",
            f"SELECT SUM(order_items.quantity) {_SALES} WHERE books.title = '{{b}}'", b=_TITLES),
     hard("Which authors have written more than {k} books?",
-         f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id HAVING COUNT(*) > {{k}}",
+         f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id, authors.name HAVING COUNT(*) > {{k}}",
          k="SELECT COUNT(*) FROM books GROUP BY author_id"),
     hard("Which authors have not written any books?",
          "SELECT name FROM authors WHERE id NOT IN (SELECT author_id FROM books)"),
@@ -133,7 +133,7 @@ TEMPLATES = (
          "JOIN order_items ON order_items.order_id = orders.id WHERE customers.name = '{c}'",
          c=_CUSTOMERS),
     hard("What are the titles of the {k} best-selling books by total quantity sold?",
-         f"SELECT books.title {_SALES} GROUP BY books.id ORDER BY SUM(order_items.quantity) DESC "
+         f"SELECT books.title {_SALES} GROUP BY books.id, books.title ORDER BY SUM(order_items.quantity) DESC "
          "LIMIT {k}",
          keys="SELECT SUM(quantity) FROM order_items GROUP BY book_id ORDER BY 1 DESC", k=(3, 5)),
     hard("What are the names of the customers who bought the book '{b}'?",
@@ -148,7 +148,7 @@ TEMPLATES = (
          "GROUP BY books.genre ORDER BY 1 DESC"),
     hard("Which customers who live in {c} have placed more than {k} orders?",
          "SELECT customers.name FROM customers JOIN orders ON orders.customer_id = customers.id "
-         "WHERE customers.city = '{c}' GROUP BY customers.id HAVING COUNT(*) > {k}",
+         "WHERE customers.city = '{c}' GROUP BY customers.id, customers.name HAVING COUNT(*) > {k}",
          c="SELECT DISTINCT city FROM customers", k=(2, 3, 4, 5)),
     hard("What are the titles of the {g} books that cost more than the average price of "
          "{g} books?",

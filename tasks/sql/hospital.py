@@ -125,7 +125,7 @@ TEMPLATES = (
            f"SELECT COUNT(*) {_PRESCRIBED} WHERE medications.name = '{{m}}'",
            m="SELECT name FROM medications"),
     medium("Which doctor has had the most appointments?",
-           f"SELECT doctors.name {_SEEN} GROUP BY doctors.id ORDER BY COUNT(*) DESC LIMIT 1",
+           f"SELECT doctors.name {_SEEN} GROUP BY doctors.id, doctors.name ORDER BY COUNT(*) DESC LIMIT 1",
            keys="SELECT COUNT(*) FROM appointments GROUP BY doctor_id ORDER BY 1 DESC"),
     medium("How many appointments took place in {y}?",
            "SELECT COUNT(*) FROM appointments WHERE strftime('%Y', appointment_date) = '{y}'",
@@ -136,7 +136,7 @@ TEMPLATES = (
          "SELECT COUNT(*) FROM patients WHERE id NOT IN (SELECT patient_id FROM appointments)"),
     hard("Which doctors have had more than {k} appointments with the status '{s}'?",
          f"SELECT doctors.name {_SEEN} WHERE appointments.status = '{{s}}' "
-         "GROUP BY doctors.id HAVING COUNT(*) > {k}",
+         "GROUP BY doctors.id, doctors.name HAVING COUNT(*) > {k}",
          s=tuple(STATUSES), k=(5, 10, 30, 40)),
     hard("Which medications were prescribed to the patient {p}?",
          f"SELECT DISTINCT medications.name {_PRESCRIBED} JOIN appointments ON "

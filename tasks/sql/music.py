@@ -114,7 +114,7 @@ TEMPLATES = (
            "SELECT COUNT(*) FROM plays JOIN users ON plays.user_id = users.id "
            "WHERE users.username = '{u}'", u=_USERS),
     medium("Which artist has released the most albums?",
-           f"SELECT artists.name {_BY} GROUP BY artists.id ORDER BY COUNT(*) DESC LIMIT 1",
+           f"SELECT artists.name {_BY} GROUP BY artists.id, artists.name ORDER BY COUNT(*) DESC LIMIT 1",
            keys="SELECT COUNT(*) FROM albums GROUP BY artist_id ORDER BY 1 DESC"),
     medium("How many albums were released by artists who play {g}?",
            f"SELECT COUNT(*) {_BY} WHERE artists.genre = '{{g}}'", g=GENRES),
@@ -128,13 +128,13 @@ TEMPLATES = (
     hard("Which users have never played a track?",
          "SELECT username FROM users WHERE id NOT IN (SELECT user_id FROM plays)"),
     hard("Which artists have released more than {k} albums?",
-         f"SELECT artists.name {_BY} GROUP BY artists.id HAVING COUNT(*) > {{k}}",
+         f"SELECT artists.name {_BY} GROUP BY artists.id, artists.name HAVING COUNT(*) > {{k}}",
          k="SELECT COUNT(*) FROM albums GROUP BY artist_id"),
     hard("How many times have tracks by {a} been played?",
          f"SELECT COUNT(*) {_PLAYED} JOIN albums ON tracks.album_id = albums.id "
          "JOIN artists ON albums.artist_id = artists.id WHERE artists.name = '{a}'", a=_ARTISTS),
     hard("What are the titles of the {k} most played tracks?",
-         f"SELECT tracks.title {_PLAYED} GROUP BY tracks.id ORDER BY COUNT(*) DESC LIMIT {{k}}",
+         f"SELECT tracks.title {_PLAYED} GROUP BY tracks.id, tracks.title ORDER BY COUNT(*) DESC LIMIT {{k}}",
          keys="SELECT COUNT(*) FROM plays GROUP BY track_id ORDER BY 1 DESC", k=(1, 3, 5)),
     hard("Which genre has the most plays?",
          f"SELECT artists.genre {_PLAYED} JOIN albums ON tracks.album_id = albums.id "

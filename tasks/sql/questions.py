@@ -157,6 +157,7 @@ def entity_templates(e: Entity) -> list[Template]:
             ]
         for m in e.nums:
             out += _cat_num_templates(e, c, m, where, few)
+            out += _rule_templates(e, c, m, where, few)
     for m in e.nums:
         out += _num_templates(e, m, named, unique_names)
     return out
@@ -216,6 +217,41 @@ def _num_templates(e: Entity, m: Num, named: str, unique_names: str) -> list[Tem
                 f"SELECT {n} FROM {t} ORDER BY {col} ASC LIMIT {{k}}",
                 keys=f"SELECT {col} FROM {t} ORDER BY {col} ASC",
                 k=(3, 5),
+            ),
+        ]
+    return out
+
+
+def _rule_templates(e: Entity, c: Cat, m: Num, where: str, few: str) -> list[Template]:
+    """Golds that exercise the graders' rules: NULL cells, duplicate rows, a full ORDER BY
+    without LIMIT (ties broken by every selected column, so the order is fixed)."""
+    t, n, cc, col = e.table, e.name, c.column, m.column
+    over = f"SELECT DISTINCT {col} FROM {t} ORDER BY {col} DESC LIMIT 12 OFFSET 3"
+    out = [
+        easy(
+            f"List the {c.label} of every {e.singular} with {_a(m.label)} greater than {{v}}, "
+            f"one row per {e.singular}.",
+            f"SELECT {cc} FROM {t} WHERE {col} > {{v}}",
+            v=over,
+        ),
+    ]
+    if n:
+        out += [
+            easy(
+                f"Which {e.plural} have no {c.label} on record?",
+                f"SELECT {n} FROM {t} WHERE {cc} IS NULL",
+            ),
+            medium(
+                f"List the {e.name_label} and {c.plural} of the {e.plural} with {_a(m.label)} "
+                f"greater than {{v}} (the {c.label} may be missing).",
+                f"SELECT {n}, {cc} FROM {t} WHERE {col} > {{v}}",
+                v=over,
+            ),
+            medium(
+                f"List the {e.name_label} and {m.label} of the {e.plural} {e.rel} {c.phrase}, "
+                f"from the highest {m.label} to the lowest (ties in alphabetical order).",
+                f"SELECT {n}, {col} FROM {t} WHERE {where} ORDER BY {col} DESC, {n} ASC",
+                v=few,
             ),
         ]
     return out

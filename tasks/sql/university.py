@@ -137,10 +137,10 @@ TEMPLATES = (
            "SELECT COUNT(*) FROM enrollments JOIN courses ON enrollments.course_id = courses.id "
            "WHERE courses.code = '{c}'", c=_CODES),
     medium("Which department has the most students majoring in it?",
-           f"SELECT departments.name {_MAJOR} GROUP BY departments.id ORDER BY COUNT(*) DESC "
+           f"SELECT departments.name {_MAJOR} GROUP BY departments.id, departments.name ORDER BY COUNT(*) DESC "
            "LIMIT 1", keys="SELECT COUNT(*) FROM students GROUP BY major_id ORDER BY 1 DESC"),
     medium("What is the average salary of professors in each department?",
-           f"SELECT departments.name, AVG(professors.salary) {_STAFF} GROUP BY departments.id"),
+           f"SELECT departments.name, AVG(professors.salary) {_STAFF} GROUP BY departments.id, departments.name"),
     medium("How many courses does the {d} department offer?",
            "SELECT COUNT(*) FROM courses JOIN departments ON courses.department_id = "
            "departments.id WHERE departments.name = '{d}'", d=_DEPTS),
@@ -151,17 +151,17 @@ TEMPLATES = (
     hard("How many students are not enrolled in any course?",
          "SELECT COUNT(*) FROM students WHERE id NOT IN (SELECT student_id FROM enrollments)"),
     hard("Which professors teach more than {k} courses?",
-         f"SELECT professors.name {_TAUGHT} GROUP BY professors.id HAVING COUNT(*) > {{k}}",
+         f"SELECT professors.name {_TAUGHT} GROUP BY professors.id, professors.name HAVING COUNT(*) > {{k}}",
          k=(2, 3, 4)),
     hard("What are the codes of the {k} courses with the most enrollments?",
          "SELECT courses.code FROM courses JOIN enrollments ON enrollments.course_id = "
-         "courses.id GROUP BY courses.id ORDER BY COUNT(*) DESC LIMIT {k}",
+         "courses.id GROUP BY courses.id, courses.code ORDER BY COUNT(*) DESC LIMIT {k}",
          keys="SELECT COUNT(*) FROM enrollments GROUP BY course_id ORDER BY 1 DESC", k=(3, 5)),
     hard("Which students got the grade '{g}' in the course with code {c}?",
          f"SELECT students.name {_TAKES} WHERE courses.code = '{{c}}' "
          "AND enrollments.grade = '{g}'", c=_CODES, g=tuple(GRADES)),
     hard("Which departments have an average student GPA above {x}?",
-         f"SELECT departments.name {_MAJOR} GROUP BY departments.id HAVING AVG(students.gpa) > {{x}}",
+         f"SELECT departments.name {_MAJOR} GROUP BY departments.id, departments.name HAVING AVG(students.gpa) > {{x}}",
          x=(2.9, 3.0, 3.05)),
     hard("How many students majoring in {d} have a GPA above the average GPA of all students?",
          f"SELECT COUNT(*) {_MAJOR} WHERE departments.name = '{{d}}' "
