@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,9 +14,6 @@ from agents.agent_loop import Budget, GenerateFn, episode_seed, run_episodes
 from agents.chat import ChatFormat
 from agents.trajectory import Trajectory
 from tasks.task import Task
-
-MAX_GROUPS = 20
-"""A metadata key with more distinct values than this is no breakdown (an id, a path)."""
 
 
 def is_correct(traj: Trajectory) -> bool:
@@ -54,13 +51,15 @@ def evaluate(
     *,
     samples: int = 1,
     on_done: Callable[[int], None] | None = None,
+    by: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """Run each task `samples` times (the generate function decides greedy or not).
 
     Returns the report (accuracy = pass@1 over every episode; `pass@k` for each k of
-    `ks_for(samples)` when samples > 1; `by_<key>` accuracy for each metadata key the tasks
-    share, with counts and pass@k in `breakdown`) and the trajectories, task-major
-    (task 0's samples first). `on_done(n)` is called after every batch of n episodes.
+    `ks_for(samples)` when samples > 1; `by_<key>` accuracy for each metadata key in `by`,
+    default the environment's `report_by`, with counts and pass@k in `breakdown`) and the
+    trajectories, task-major (task 0's samples first). `on_done(n)` is called after every
+    batch of n episodes.
     """
     flat = [(i, t, s) for i, t in enumerate(tasks) for s in range(samples)]
     trajs: list[Trajectory] = []
@@ -91,7 +90,7 @@ def evaluate(
         report.update(tasks=len(tasks), samples=samples)
         report.update(_pass_at(correct_T, samples))
     breakdown: dict[str, dict[str, dict[str, float]]] = {}
-    for key, groups in _groups(tasks).items():
+    for key, groups in _groups(tasks, report_keys(make_env) if by is None else by).items():
         report[f"by_{key}"] = {
             v: sum(correct_T[i] for i in idx) / (len(idx) * samples) for v, idx in groups.items()
         }
@@ -112,11 +111,22 @@ def _pass_at(correct_T: list[int], samples: int) -> dict[str, float]:
     }
 
 
-def _groups(tasks: list[Task]) -> dict[str, dict[str, list[int]]]:
-    """metadata key -> value -> task indices, for keys with short scalar values (a handful)."""
+def report_keys(make_env: Callable[[], gym.Env]) -> tuple[str, ...]:
+    """The metadata keys an environment asks reports to break accuracy down by: its
+    `report_by` (none declared, none shown: a task's `word` or id makes no useful row)."""
+    env = make_env()
+    try:
+        return tuple(getattr(env.unwrapped, "report_by", ()))
+    finally:
+        env.close()
+
+
+def _groups(tasks: list[Task], keys: Sequence[str]) -> dict[str, dict[str, list[int]]]:
+    """metadata key -> value -> task indices, for the given keys' short scalar values."""
     out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for i, task in enumerate(tasks):
-        for key, value in task.metadata.items():
+        for key in keys:
+            value = task.metadata.get(key)
             if isinstance(value, str | int | bool) and len(str(value)) <= 40:
                 out[key][str(value)].append(i)
-    return {k: dict(sorted(g.items())) for k, g in sorted(out.items()) if len(g) <= MAX_GROUPS}
+    return {k: dict(sorted(g.items())) for k, g in sorted(out.items())}

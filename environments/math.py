@@ -100,6 +100,7 @@ class MathEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</answer>",)
+    report_by = ("difficulty",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(self, max_turns: int = 1, format_penalty: float = 0.1, **kwargs: Any) -> None:
         if max_turns < 1:

@@ -129,6 +129,7 @@ class PythonEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</python>", "</answer>")
+    report_by = ("kind",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
         self,

@@ -274,6 +274,7 @@ class SearchEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</search>", "</answer>")
+    report_by = ("hops", "difficulty")  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
         self,

@@ -179,6 +179,8 @@ class ShellEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</bash>", "<submit/>")
+    # metadata keys evaluation reports break accuracy down by
+    report_by = ("difficulty", "category")
 
     def __init__(
         self,

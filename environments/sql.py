@@ -414,6 +414,8 @@ class SQLEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</sql>", "</solution>")
+    # metadata keys evaluation reports break accuracy down by
+    report_by = ("database", "difficulty")
 
     def __init__(
         self,

@@ -98,6 +98,7 @@ class SWEEnv(gym.Env):
 
     metadata = {"render_modes": []}
     stop_strings = ("</bash>", "<submit/>")
+    report_by = ("repo",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
         self,

@@ -38,6 +38,7 @@ class UnitsEnv(gym.Env):
     """Convert a quantity between units; one or more turns until an <answer>."""
 
     stop_strings = ("</answer>",)  # generation stops here; the turn is then graded
+    report_by = ("to",)  # metadata keys `skyrl eval` breaks accuracy down by (here: per unit)
 
     def __init__(self, max_turns: int = 2, **kwargs):
         self.max_turns = max_turns
