@@ -65,10 +65,15 @@ class Task:
 
 
 def load_tasks(path: str | Path) -> list[Task]:
-    """Read a JSONL (or .json list, or Parquet) task file; ValueError names the bad line."""
+    """Read a JSONL (or .json list, or Parquet) task file, or a Spider/BIRD-format folder
+    (`tasks.sql.folders`); ValueError names the bad line."""
     path = Path(path)
     if not path.exists():
         raise ValueError(f"task file {path} does not exist")
+    if path.is_dir():  # a Spider- or BIRD-format download
+        from tasks.sql.folders import load_folder
+
+        return load_folder(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq  # optional: only when a user hands us Parquet
 
