@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PKGS := skyrl_cli trainers agents environments tasks tui
+PKGS := skyrl_cli trainers agents environments tasks tui server
 
 .PHONY: setup train test lint typecheck pytest bench clean
 

@@ -22,6 +22,7 @@ from skyrl_cli import envs as envs_cmd
 from skyrl_cli import eval as eval_cmd
 from skyrl_cli import init as init_cmd
 from skyrl_cli import runs as runs_cmd
+from skyrl_cli import serve as serve_cmd
 from skyrl_cli import train as train_cmd
 from skyrl_cli import watch as watch_cmd
 
@@ -77,6 +78,7 @@ app.command("runs")(runs_cmd.runs)
 app.command("envs")(envs_cmd.envs)
 app.command("watch")(watch_cmd.watch)
 app.command("eval")(eval_cmd.eval_)
+app.command("serve")(serve_cmd.serve)
 
 # Help shows values the way CLIs usually do (`--model TEXT`, `init PATH`), not Typer's
 # internal type labels (`<str>`, `<list[str]>`, `{path}`); a flag shows no value at all.

@@ -1,0 +1,97 @@
+"""`skyrl serve`: one process serving a model over the OpenAI API and Tinker's REST API."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from skyrl_cli.errors import fail
+
+EXAMPLES = """
+\b
+Examples:
+  skyrl serve --model tiny                      # http://127.0.0.1:8000/v1 (OpenAI), /api/v1 (Tinker)
+  skyrl serve --model runs/<id> --port 8001     # the run's latest checkpoint
+  SKYRL_API_KEY=tml-secret skyrl serve --model smollm2-135m --host 0.0.0.0
+  skyrl eval --env math --model openai:tiny@http://127.0.0.1:8000/v1
+"""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="A preset (tiny, smollm2-135m), an HF folder or id, or a run dir."
+        ),
+    ],
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; loopback unless --api-key.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="SKYRL_API_KEY",
+            help="Key every request must carry (needed off loopback); Tinker's client wants it to start with tml-.",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir", help="Checkpoints and the SQLite state file (default ./skyrl-serve)."
+        ),
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads (0 = every core).")] = 0,
+) -> None:
+    """Serve a model: the OpenAI API (/v1) and Tinker's training API (/api/v1)."""
+    if not 0 < port < 65536:
+        fail(f"--port must be between 1 and 65535, got {port}")
+    if not _loopback(host) and not api_key:
+        fail(f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)")  # fmt: skip
+    if api_key is not None and len(api_key) < 8:
+        fail("--api-key must be at least 8 characters")
+    from skyrl_cli.eval_run import resolve_eval_model
+
+    if model.startswith("openai:"):
+        fail("--model must be a local model (a preset, an HF folder or id, or a run), not an openai: server")  # fmt: skip
+    try:
+        ref = resolve_eval_model(model)
+        from agents.models import resolve_model
+
+        path = ref.path or resolve_model(model)
+    except ValueError as e:
+        fail(str(e))
+    import uvicorn
+
+    from server.app import ServeConfig, build_app
+
+    config = ServeConfig(
+        model_name=model,
+        model_path=Path(path).resolve(),
+        state_dir=(state_dir or Path("skyrl-serve")).resolve(),
+        api_key=api_key,
+        threads=threads or os.cpu_count() or 1,
+        aliases={str(Path(path).resolve())},
+    )
+    app = build_app(config)
+    print(
+        f"skyrl serve: {model} on http://{host}:{port} (OpenAI: /v1, Tinker: /api/v1)", flush=True
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+serve.__doc__ = (serve.__doc__ or "") + "\n" + EXAMPLES
