@@ -161,8 +161,8 @@ def _prepare(
         run.check_resumable()
         run.hold()
         run.status = run.read_status()
-        check_not_finished(run, max_steps)
         cfg = read_saved_config(resume / "config.yaml")
+        check_not_finished(run, max_steps)
         _check_env(cfg)
         saved_max = run.status.get("max_steps")
         if max_steps is not None:
@@ -425,6 +425,7 @@ def _train_in_background_and_watch(run: Any, ray_address: str | None) -> None:
 def _run(cfg: Any, run: Any, resume: bool) -> None:
     from trainers import stopping, sync
     from trainers.config import ConfigError
+    from trainers.steps import EpisodesFailed
 
     stop = stopping.install()
     run.start_heartbeat()
@@ -439,6 +440,10 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
         run.set_status(state="failed", error=str(e))
         stopping.end_processes()
         fail(str(e))
+    except EpisodesFailed as e:  # the environment's failure, not ours: no traceback to keep
+        run.set_status(state="failed", error=str(e))
+        stopping.end_processes()
+        fail(f"{e}; its rollouts are in {run.path / 'rollouts'}", code=1)
     except Exception as e:  # noqa: BLE001 - the traceback goes to a file, the user gets one line
         (run.path / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
         run.set_status(state="failed", error=f"{type(e).__name__}: {e}")

@@ -257,7 +257,7 @@ class EvalConfig(_Section):
 
 class TrackingConfig(_Section):
     uri: str | None = None
-    """MLflow tracking URI; default: SQLite store `mlflow.db` inside the runs dir."""
+    """MLflow tracking URI; default: SQLite store `.mlflow/mlflow.db` inside the runs dir."""
     experiment: str = "skyrl"
     """MLflow experiment name."""
     enabled: bool = True

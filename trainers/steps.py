@@ -42,7 +42,7 @@ from trainers.estimators import ESTIMATORS, AdvantageInputs, rows
 from trainers.losses import KL_ESTIMATORS
 from trainers.placement import Clients
 from trainers.rundir import RunDir, utc_now
-from trainers.tracking import MLflowTracker, NullTracker, Tracker, default_uri
+from trainers.tracking import MLflowTracker, NullTracker, Tracker, default_store
 
 T = TypeVar("T")
 
@@ -74,10 +74,9 @@ def batch_tasks(tasks: list[T], seed: int, step: int, size: int) -> list[T]:
 def make_tracker(cfg: RunConfig, run: RunDir, run_id: str | None) -> Tracker:
     if not cfg.tracking.enabled:
         return NullTracker()
-    runs_dir = run.path.parent
-    uri = cfg.tracking.uri or default_uri(runs_dir)
+    uri, artifacts = default_store(run.path.parent)
     return MLflowTracker(
-        uri, cfg.tracking.experiment, run.path.name, runs_dir / "mlartifacts", run_id
+        cfg.tracking.uri or uri, cfg.tracking.experiment, run.path.name, artifacts, run_id
     )
 
 
@@ -109,6 +108,54 @@ def step_metrics(
     for key in ("adv/mean", "adv/std", "updates", "trained_tokens"):
         out.setdefault(key, 0.0)
     return out
+
+
+# ------------------------------------------------------------------ step health (issue 13)
+
+ZERO_VARIANCE_FRACTION = 0.5
+"""A step "cannot learn" when at least this fraction of its groups have one reward for all samples..."""
+ZERO_VARIANCE_STEPS = 3
+"""...for this many steps in a row (the same rule `skyrl watch` applies; docs/run-format.md)."""
+NO_SIGNAL_WARNING = (
+    "warning: for {steps} steps most groups ({pct:.0%} at step {step}) gave every sample the "
+    "same reward, so their advantages are 0 and the policy barely learns; try more samples "
+    "(rollout.group_size), easier tasks, a supervised warm-up (warmup.sft_steps) or a reward "
+    "with partial credit"
+)
+
+
+class EpisodesFailed(RuntimeError):
+    """Every episode of a step failed: nothing to train on, and the next step would fail alike."""
+
+
+def check_failures(trajs: list[Trajectory], step: int, max_fraction: float) -> str | None:
+    """EpisodesFailed when every episode of the step failed; a warning line (with the first
+    error) when more than `max_fraction` of them did; None otherwise."""
+    failed = [t for t in trajs if t.error is not None]
+    if not failed:
+        return None
+    first = " ".join(str(failed[0].error).split())[:300]
+    where = f"(task {failed[0].task_id!r})"
+    if len(failed) == len(trajs):
+        raise EpisodesFailed(
+            f"every episode of step {step} failed ({len(trajs)} of {len(trajs)}); "
+            f"the first {where}: {first}"
+        )
+    if len(failed) / len(trajs) > max_fraction:
+        return (
+            f"warning: {len(failed)} of {len(trajs)} episodes of step {step} failed "
+            f"(trainer.max_failed_fraction={max_fraction:g}); the first {where}: {first}"
+        )
+    return None
+
+
+def no_signal_warning(zero_variance: list[float], step: int) -> str | None:
+    """The no-learning-signal warning, on the step that completes a streak of
+    ZERO_VARIANCE_STEPS steps whose `groups/zero_variance` is at least ZERO_VARIANCE_FRACTION."""
+    recent = zero_variance[-ZERO_VARIANCE_STEPS:]
+    if len(recent) < ZERO_VARIANCE_STEPS or min(recent) < ZERO_VARIANCE_FRACTION:
+        return None
+    return NO_SIGNAL_WARNING.format(steps=ZERO_VARIANCE_STEPS, pct=recent[-1], step=step)
 
 
 @dataclass

@@ -46,11 +46,14 @@ from trainers.progress import StepProgress
 from trainers.rundir import RunDir, utc_now
 from trainers.steps import (
     Acting,
+    EpisodesFailed,
     Learning,
+    check_failures,
     collect,
     load_checkpoint,
     load_split,
     make_tracker,
+    no_signal_warning,
     save_checkpoint,
     step_metrics,
     train_step,
@@ -189,12 +192,20 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     stop.graceful = True
     progress.start(done)
     step_times: list[float] = []
+    zero_variance: list[float] = []  # groups/zero_variance of each step this process ran
+    warned_no_signal = False
     sampler = clients.policy.sampling_client()
     for step in range(done + 1, cfg.trainer.max_steps + 1):
         t_step = time.perf_counter()
         # 1. rollouts: G episodes for each of P tasks (DAPO: more rounds until enough groups vary)
         trajs, kept = collect(ac, sampler, step)
         t_gen = time.perf_counter() - t_step
+        try:  # every episode failed: not a training step, stop with the first error
+            if warning := check_failures(trajs, step, cfg.trainer.max_failed_fraction):
+                progress.note(warning)
+        except EpisodesFailed:
+            run.write_rollouts(step, [t.to_record(step) for t in trajs])  # for skyrl watch
+            raise
 
         # 2. data, the step's fixed scores, advantages (client side), optimizer steps
         t0 = time.perf_counter()
@@ -234,6 +245,10 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         run.append_metrics({"step": step, "time": time.time(), **metrics})
         tracker.log_metrics(metrics, step)
         run.set_status(step=step, last_reward=metrics["reward/mean"])
+        zero_variance.append(metrics["groups/zero_variance"])
+        if not warned_no_signal and (warning := no_signal_warning(zero_variance, step)):
+            progress.note(warning)  # once a run: the advice does not change from step to step
+            warned_no_signal = True
         eta = (cfg.trainer.max_steps - step) * sum(step_times[-5:]) / len(step_times[-5:])
         progress.step(step, metrics, eta)
 

@@ -1,7 +1,8 @@
 """Experiment trackers. The loop always has one, so it never asks "is logging on?".
 
 `MLflowTracker` logs to a local SQLite-backed store inside the runs dir by default
-(`sqlite:///<runs>/mlflow.db`, artifacts in `<runs>/mlartifacts`), or to any tracking URI.
+(`sqlite:///<runs>/.mlflow/mlflow.db`, artifacts in `<runs>/.mlflow/artifacts`), or to any
+tracking URI.
 """
 
 from __future__ import annotations
@@ -38,8 +39,20 @@ class NullTracker:
         pass
 
 
-def default_uri(runs_dir: Path) -> str:
-    return f"sqlite:///{(runs_dir / 'mlflow.db').resolve()}"
+STORE_DIR = ".mlflow"
+"""The default store's folder inside the runs dir: a dot-folder, out of the listing of runs."""
+
+
+def default_store(runs_dir: Path) -> tuple[str, Path]:
+    """The default tracking URI and artifacts folder of a runs dir: `<runs>/.mlflow/mlflow.db`
+    and `<runs>/.mlflow/artifacts/`. A runs dir written before the store moved there
+    (`<runs>/mlflow.db`, `<runs>/mlartifacts/`) keeps its store, so its runs resume into
+    their MLflow runs."""
+    if (runs_dir / "mlflow.db").is_file() and not (runs_dir / STORE_DIR).exists():
+        return f"sqlite:///{(runs_dir / 'mlflow.db').resolve()}", runs_dir / "mlartifacts"
+    store = runs_dir / STORE_DIR
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(store / 'mlflow.db').resolve()}", store / "artifacts"
 
 
 class MLflowTracker:
@@ -65,10 +78,15 @@ class MLflowTracker:
             exp_id = self.client.create_experiment(experiment, artifact_location=location)
         else:
             exp_id = exp.experiment_id
+        if run_id is not None:
+            from mlflow.exceptions import MlflowException
+
+            try:
+                self.client.update_run(run_id, status="RUNNING")
+            except MlflowException:  # the run lives in another store (a moved one): start anew
+                run_id = None
         if run_id is None:
             run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
-        else:
-            self.client.update_run(run_id, status="RUNNING")
         self.run_id = run_id
         self._mlflow = mlflow
 

@@ -179,6 +179,10 @@ def matches(traj: dict[str, Any], needle: str) -> bool:
     return needle.lower() in hay.lower()
 
 
+NO_SIGNAL = "\nno learning signal: most groups give all samples one reward (advantages 0)"
+"""Header line while `RunReader.no_learning_signal` holds."""
+
+
 class RunScreen(Screen[None]):
     """One run: header, reward chart, filterable and sortable rollouts table."""
 
@@ -278,6 +282,8 @@ class RunScreen(Screen[None]):
         evals = read_evals(r.path)
         if evals:
             text.append("\neval " + "  ".join(f"{e['name']}: {eval_line(e)}" for e in evals[-3:]))
+        if r.no_learning_signal:
+            text.append(NO_SIGNAL, style="bold yellow")
         if r.status.get("error") and state in ("failed", "stopped"):
             text.append(f"\nerror: {shorten(str(r.status['error']), 200)}", style="bold red")
         self.query_one("#run-header", Static).update(text)

@@ -31,6 +31,11 @@ STALE_S = 60.0
 KEEP_ROLLOUTS = 2000
 """Most recent trajectories kept in memory per run."""
 
+ZERO_VARIANCE_FRACTION = 0.5
+ZERO_VARIANCE_STEPS = 3
+"""No learning signal: `groups/zero_variance` at least ZERO_VARIANCE_FRACTION on each of the
+last ZERO_VARIANCE_STEPS steps (the rule the trainer's console warning uses too)."""
+
 _HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs")
 """Per-token arrays the UI never shows; dropped after parsing to keep memory flat."""
 
@@ -166,7 +171,8 @@ def list_runs(runs_dir: Path) -> list[RunSummary]:
     """Every run under `runs_dir`, oldest first (by folder mtime)."""
     if not runs_dir.is_dir():
         return []
-    dirs = [p for p in runs_dir.iterdir() if is_run_dir(p)]
+    # dot-folders (MLflow's runs/.mlflow/) are never runs
+    dirs = [p for p in runs_dir.iterdir() if not p.name.startswith(".") and is_run_dir(p)]
     return [summarize(p) for p in sorted(dirs, key=lambda p: (p.stat().st_mtime, p.name))]
 
 
@@ -236,6 +242,15 @@ class RunReader:
     @property
     def last_metrics(self) -> dict[str, Any]:
         return self.metrics[-1] if self.metrics else {}
+
+    @property
+    def no_learning_signal(self) -> bool:
+        """Most groups of the last few steps gave every sample the same reward (their
+        advantages are 0: the policy barely learns). Rule: ZERO_VARIANCE_FRACTION/_STEPS."""
+        recent = [m.get("groups/zero_variance") for m in self.metrics[-ZERO_VARIANCE_STEPS:]]
+        return len(recent) == ZERO_VARIANCE_STEPS and all(
+            isinstance(v, int | float) and v >= ZERO_VARIANCE_FRACTION for v in recent
+        )
 
     def elapsed(self, now: float | None = None) -> float | None:
         """Seconds from `started` to `finished` (or now, while it runs)."""

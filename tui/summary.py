@@ -51,6 +51,8 @@ def summary_text(reader: RunReader, width: int = 80) -> str:
     ]
     if status.get("error"):
         lines.append(f"error    {shorten(str(status['error']), width - 9)}")
+    if reader.no_learning_signal:
+        lines.append("warning  no learning signal: most groups give all samples one reward")
     lines += [
         "",
         f"last step {m.get('step', '-')}",

@@ -52,7 +52,7 @@ def test_eval_of_a_run_files_under_its_eval_dir(tmp_path: Path, ray_address: str
         "errors",
     }  # before.json's keys
     assert len(_lines(run / "eval" / "dev-step-000001.jsonl")) == 3
-    assert (tmp_path / "runs" / "mlflow.db").exists()  # logged next to the training run
+    assert (tmp_path / "runs" / ".mlflow" / "mlflow.db").exists()  # next to the training run
     # `skyrl runs` and `skyrl watch` show the filed evaluation
     acc = f"{100 * filed['accuracy']:.1f}%"
     (row,) = [json.loads(ln) for ln in skyrl("runs", "--json", cwd=tmp_path).stdout.splitlines()]

@@ -145,7 +145,7 @@ def test_train_writes_the_run_directory_and_mlflow(tmp_path, ray_address):
     os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
     import mlflow
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'runs' / '.mlflow' / 'mlflow.db'}")
     found = mlflow.search_runs(experiment_names=["skyrl"], filter_string=f"run_name = '{run.name}'")
     assert len(found) == 1
     row = found.iloc[0]
