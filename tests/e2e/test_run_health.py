@@ -158,6 +158,10 @@ def test_eval_holdout_is_never_trained_on(tmp_path, ray_address):
         for ln in f.open()
     }
     assert len(held) == 2 and len(trained) == 6 and held.isdisjoint(trained)
+    # `skyrl eval` of the run scores the same held-out tasks
+    skyrl("eval", "--model", str(run), "--no-tracking", "--output", "ev", cwd=proj)
+    scored = {json.loads(ln)["task_id"] for ln in (proj / "ev" / "results.jsonl").open()}
+    assert scored == held
 
 
 # ------------------------------------- items 5, 10, 16 on one finished run of 3 steps
