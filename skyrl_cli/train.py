@@ -228,8 +228,13 @@ def preflight(cfg: Any) -> None:
     """Model, task file and environment (built and reset on the first training task), each
     refused with one sentence (ConfigError) before anything heavy starts."""
     _check_model(cfg.model.name)
-    first = _check_tasks(cfg)
-    _check_env(cfg, first)
+    env = _build_env(cfg)
+    try:
+        first = _check_tasks(cfg)
+        if first is not None:
+            _reset_once(env, first, cfg.env.name)
+    finally:
+        _close(env)
 
 
 def _one_line(e: BaseException) -> str:
@@ -300,9 +305,14 @@ def _check_tasks(cfg: Any) -> Any:
     return train[0]
 
 
-def _check_env(cfg: Any, task: Any = None) -> None:
-    """The environment loads, takes env.kwargs and, given a task, resets on it: built once,
-    here, not minutes later inside every rollout."""
+def _check_env(cfg: Any) -> None:
+    """The environment loads and takes env.kwargs: built once, here, not minutes later."""
+    _close(_build_env(cfg))
+
+
+def _build_env(cfg: Any) -> Any:
+    """One environment as the run would build it; ConfigError (one sentence) when its module
+    does not load (syntax, import), the class is missing, or the constructor refuses."""
     from environments import registry
     from trainers.config import ConfigError
 
@@ -318,18 +328,17 @@ def _check_env(cfg: Any, task: Any = None) -> None:
         ) from None
     check_env_kwargs(spec.entry, cls, cfg.env.kwargs)
     try:
-        env = cls(max_turns=cfg.env.max_turns, **cfg.env.kwargs)
+        return cls(max_turns=cfg.env.max_turns, **cfg.env.kwargs)
     except Exception as e:  # noqa: BLE001 - the constructor's own complaint, as one line
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ConfigError(f"env {cfg.env.name!r} refuses env.kwargs: {reason}") from None
-    try:
-        if task is not None:
-            _reset_once(env, task, spec.name)
-    finally:
-        close = getattr(env, "close", None)
-        if callable(close):
-            with contextlib.suppress(Exception):
-                close()
+
+
+def _close(env: Any) -> None:
+    close = getattr(env, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
 
 
 def _reset_once(env: Any, task: Any, name: str) -> None:
