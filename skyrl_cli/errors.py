@@ -11,5 +11,13 @@ import typer
 def fail(message: str, code: int = 2) -> NoReturn:
     from tui.reader import terminal_safe  # messages may quote episode or task text
 
+    close_live()
     print(f"error: {terminal_safe(message)}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def close_live() -> None:
+    """End a live progress line, if one runs, so that what follows starts on a line of its own."""
+    progress = sys.modules.get("trainers.progress")
+    if progress is not None:
+        progress.close_live()

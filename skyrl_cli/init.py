@@ -11,6 +11,13 @@ import typer
 from skyrl_cli.errors import fail
 
 TEMPLATE = Path(__file__).parent / "templates" / "project"
+REAL_MODEL = """
+  # `tiny` is a random model that proves the project runs (about a minute on 2 CPU cores);
+  # it learns nothing. A real model learns, slowly on a CPU (2 steps of this template on
+  # smollm2-135m took 28 minutes on 2 cores); use a GPU, or a smaller rollout budget:
+  # name: smollm2-135m
+  name: tiny
+"""
 
 
 def commented_yaml(cfg: Any) -> str:
@@ -70,7 +77,8 @@ def init(
     Examples:
       skyrl init my-agent
       skyrl init sql-agent --env sql
-      cd my-agent && skyrl train --max-steps 2
+      skyrl init .                   # in the current (empty) folder
+      cd my-agent && skyrl train     # the first run: about a minute on a CPU
     """
     from environments.registry import BUILTINS
     from trainers.config import build_config
@@ -89,6 +97,7 @@ def init(
     (path / "README.md").write_text(readme, encoding="utf-8")
     if env == "my_env":
         layer = {
+            "model": {"name": "tiny"},  # the first run takes about a minute on a CPU
             "env": {"name": "my_env", "tasks": "tasks.jsonl", "max_turns": 2},
             "environments": {"my_env": "my_env.py:UnitsEnv"},
             "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 32, "temperature": 0.7},
@@ -98,7 +107,10 @@ def init(
         cfg = build_config([layer])
     else:
         cfg = build_config([], env_name=env)
-    (path / "skyrl.yaml").write_text(commented_yaml(cfg), encoding="utf-8")
+    text = commented_yaml(cfg)
+    if env == "my_env":  # where the template's first run ends: the line to change for real
+        text = text.replace("\n  name: tiny\n", REAL_MODEL, 1)
+    (path / "skyrl.yaml").write_text(text, encoding="utf-8")
     print(f"created {path}/ (skyrl.yaml, my_env.py, tasks.jsonl, README.md)")
     here = path.resolve() == Path.cwd().resolve()
     print("next: skyrl train" if here else f"next: cd {path} && skyrl train")

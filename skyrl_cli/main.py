@@ -25,6 +25,7 @@ from skyrl_cli import runs as runs_cmd
 from skyrl_cli import serve as serve_cmd
 from skyrl_cli import train as train_cmd
 from skyrl_cli import watch as watch_cmd
+from skyrl_cli.errors import close_live
 
 app = typer.Typer(
     name="skyrl",
@@ -127,6 +128,8 @@ def main() -> None:
     except typer.Abort:  # Ctrl-C outside a command's own handling
         print(file=sys.stderr)
         sys.exit(130)
+    finally:
+        close_live()  # whatever ended the command, the shell prompt starts on its own line
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -91,7 +91,14 @@ def serve(
     print(
         f"skyrl serve: {model} on http://{host}:{port} (OpenAI: /v1, Tinker: /api/v1)", flush=True
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
 
 
 serve.__doc__ = (serve.__doc__ or "") + "\n" + EXAMPLES

@@ -30,7 +30,12 @@ Examples:
 
 def train(
     env: Annotated[
-        str | None, typer.Option("--env", help="Environment: sql, math, or a plugin name.")
+        str | None,
+        typer.Option(
+            "--env",
+            help="Environment: sql, math, search, python, shell, swe, or a plugin named in "
+            "./skyrl.yaml.",
+        ),
     ] = None,
     model: Annotated[
         str | None,
@@ -90,8 +95,10 @@ def train(
         return
 
     from trainers import stopping
+    from trainers.progress import phase
 
     stopping.install()  # from here on a signal is a stop (exit 128+N), never a traceback
+    phase("checking the configuration, tasks and environment", plain=False)
     try:
         cfg, run = _prepare(
             env,
@@ -113,6 +120,9 @@ def train(
         fail(str(e))
     except KeyboardInterrupt:
         raise typer.Exit(stopping.STOP.exit_code()) from None
+    if watch and not all(f.isatty() for f in (sys.stdin, sys.stdout, sys.stderr)):
+        print("--watch needs a terminal; training here with plain progress", file=sys.stderr)
+        watch = False
     if watch:
         run.release()  # the background child takes the run
         stopping.uninstall()
@@ -432,6 +442,9 @@ def _train_in_background_and_watch(run: Any, ray_address: str | None) -> None:
 
 
 def _run(cfg: Any, run: Any, resume: bool) -> None:
+    from trainers.progress import phase
+
+    phase("loading the trainer (torch)")  # seconds on a cold disk: said, not silent
     from trainers import stopping, sync
     from trainers.config import ConfigError
     from trainers.steps import EpisodesFailed
@@ -477,9 +490,11 @@ def _stopped(run: Any, stop: Any) -> None:
     import signal
 
     from trainers import stopping
+    from trainers.progress import close_live
 
     for signum in stopping.STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    close_live()  # the live line ends here: the stop message and the prompt go below it
     code = stop.exit_code()
     watchdog = threading.Timer(60.0, os._exit, (code,))
     watchdog.daemon = True

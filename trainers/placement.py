@@ -17,6 +17,7 @@ from agents.sampling import Local, SamplingClient
 from trainers.algorithm_table import ALGORITHMS
 from trainers.client import TrainingClient
 from trainers.config import RunConfig
+from trainers.progress import phase
 
 # Workers inherit these (also on a cluster we join): no progress bars or banners in the log.
 QUIET_ENV = {
@@ -102,6 +103,9 @@ class _Worker:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.backend, method)(*args, **kwargs)
 
+    def ready(self) -> bool:
+        return True
+
 
 class _RayFuture:
     """A pending actor call; passed to another call it travels as a reference, so weights go
@@ -150,12 +154,32 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
     else:
         import ray
 
-        start_ray(cfg.ray.address)
+        where = cfg.ray.address
+        phase(
+            f"joining the Ray cluster at {where}" if where else "starting Ray (a private cluster)"
+        )
+        start_ray(where)
+        phase(f"starting the learner and engine workers, loading {cfg.model.name} into each")
         actor = ray.remote(num_cpus=0)(_Worker)
-        make = lambda kind: _RayHandle(actor.remote(kind, str(model_path), cfg))  # noqa: E731
+        handles: list[_RayHandle] = []
+
+        def make(kind: str) -> _RayHandle:
+            handles.append(_RayHandle(actor.remote(kind, str(model_path), cfg)))
+            return handles[-1]
+
     entry = ALGORITHMS[cfg.algorithm.name]
-    return Clients(
+    clients = Clients(
         policy=TrainingClient(make("learner"), SamplingClient(make("engine"))),
         critic=TrainingClient(make("critic")) if entry.critic else None,
         reference=SamplingClient(make("engine")) if cfg.algorithm.kl_coef > 0 else None,
     )
+    if not local:
+        # While the workers start, the driver imports what it needs next (the tokenizer, the
+        # tracker), then waits for them: the time goes to the phase that takes it.
+        import transformers  # noqa: F401
+
+        if cfg.tracking.enabled:
+            import mlflow  # noqa: F401
+
+        ray.get([h.actor.ready.remote() for h in handles])
+    return clients

@@ -42,7 +42,7 @@ from trainers.algorithms import AdaptiveKLController, FixedKLController
 from trainers.checkpoint import restore
 from trainers.config import RunConfig
 from trainers.placement import place
-from trainers.progress import StepProgress
+from trainers.progress import StepProgress, phase
 from trainers.rundir import RunDir, utc_now
 from trainers.steps import (
     Acting,
@@ -78,17 +78,22 @@ def run_eval(ac: Acting, tr: Learning, rec: Record, name: str, at_step: int) -> 
     sampler = tr.clients.policy.sampling_client()
     greedy = lambda reqs: sampler.generate(reqs, 0.0, 1.0).result()  # noqa: E731
     rec.progress.note(f"evaluating on {len(rec.eval_tasks)} {split} tasks (greedy)...")
+    bar = rec.progress.eval_bar(len(rec.eval_tasks), split)
     report, trajs = evaluate(
-        greedy, ac.make_env, ac.chat, rec.eval_tasks, ac.budget, ac.pool, ac.cfg.trainer.seed
-    )
+        greedy, ac.make_env, ac.chat, rec.eval_tasks, ac.budget, ac.pool, ac.cfg.trainer.seed,
+        on_done=bar,
+    )  # fmt: skip
+    bar.done()
     report.update(name=name, step=at_step, split=split)
     rec.run.write_eval(name, report)
     (rec.run.path / "eval" / f"{name}.jsonl").write_text(
         "".join(json.dumps(t.to_record(at_step)) + "\n" for t in trajs), encoding="utf-8"
     )
     rec.tracker.log_metrics({f"eval/{split}/accuracy": report["accuracy"]}, at_step)
-    rec.progress.note(
-        f"{split} accuracy at step {at_step}: {report['accuracy']:.1%} ({report['n']} tasks)"
+    when = {"before": "before training", "warmup": "after the warm-up", "after": "after training"}
+    rec.progress.note(  # before and warm-up are both step 0: each says which it is
+        f"{split} accuracy {when.get(name, f'at step {at_step}')}: {report['accuracy']:.1%} "
+        f"({report['n']} tasks)"
     )
     return report
 
@@ -142,6 +147,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         tracker_run_id = run.read_status().get("tracker_run_id")
         progress.note("no checkpoint yet: starting from step 0")
     run.truncate_after(done)
+    phase("opening the tracking store")
     tracker = make_tracker(cfg, run, tracker_run_id)
     tracker.log_params(flatten(cfg.model_dump(mode="json")))
     run.set_status(

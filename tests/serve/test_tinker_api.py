@@ -1,0 +1,202 @@
+"""Tinker's REST API of `skyrl serve --model tiny`, driven by the real `tinker` client."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tinker
+from tinker import types
+
+from tests.serve.conftest import Server, start_server
+
+KEY = "tml-local-test"
+TEXT = "The answer is 42 and the question is old."
+
+
+def service(server: Server) -> tinker.ServiceClient:
+    return tinker.ServiceClient(base_url=server.url, api_key=KEY)
+
+
+def sft_datum(tok, text: str = TEXT, prompt_tokens: int = 3) -> types.Datum:
+    ids = tok.encode(text)
+    weights = [0.0] * (prompt_tokens - 1) + [1.0] * (len(ids) - prompt_tokens)
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
+    )
+
+
+def logprobs_of(tc, datum: types.Datum) -> np.ndarray:
+    out = tc.forward([datum], "cross_entropy").result()
+    return np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
+
+
+@pytest.fixture(scope="module")
+def tserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("tinker") / "state")
+    yield srv
+    srv.stop()
+
+
+def test_train_save_sample_loop_with_futures(tserver: Server) -> None:
+    sc = service(tserver)
+    caps = tinker.RestClient(base_url=tserver.url, api_key=KEY).get_server_capabilities().result()
+    assert caps.supported_models[0].model_name == "tiny"
+    tc = sc.create_lora_training_client(base_model="tiny", rank=8, seed=1).result()
+    info = tc.get_info()
+    assert info.is_lora and info.lora_rank == 8
+    tok = tc.get_tokenizer()
+    datum = sft_datum(tok)
+    before = logprobs_of(tc, datum)
+    # futures: queue every call first, then wait; the server runs them in order
+    pending = []
+    for _ in range(6):
+        pending.append(tc.forward_backward([datum], "cross_entropy"))
+        pending.append(tc.optim_step(types.AdamParams(learning_rate=5e-3)))
+    losses = [p.result().metrics["loss:sum"] for p in pending[::2]]
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    mask = np.asarray(datum.loss_fn_inputs["weights"].tolist()) > 0
+    assert losses[0] == pytest.approx(-before[mask].sum(), rel=1e-4)
+    after = logprobs_of(tc, datum)
+    assert after[mask].sum() > before[mask].sum() + 1.0
+
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    ids = tok.encode(TEXT)
+    prompt = types.ModelInput.from_ints(ids[:3])
+    res = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=8, temperature=0.0)).result()
+    seq = res.sequences[0]
+    assert len(seq.tokens) == 8 and seq.stop_reason == "length"
+    assert seq.tokens == res.sequences[1].tokens
+    scored = sampler.compute_logprobs(
+        types.ModelInput.from_ints(ids[:3] + list(seq.tokens))
+    ).result()
+    assert scored[0] is None
+    assert np.allclose(scored[3:], seq.logprobs, atol=1e-4), "the sampler serves other weights"
+    # the sampler's weights are the trained ones: its log-probs of TEXT are the learner's
+    full = sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result()
+    assert np.allclose(np.asarray(full[1:])[mask], after[mask], atol=1e-3)
+    base = sc.create_sampling_client(base_model="tiny").result()
+    base_lp = base.compute_logprobs(types.ModelInput.from_ints(ids)).result()
+    assert np.allclose(np.asarray(base_lp[1:])[mask], before[mask], atol=1e-3)
+
+
+def test_rl_losses_match_their_definition(tserver: Server) -> None:
+    sc = service(tserver)
+    tc = sc.create_lora_training_client(base_model="tiny", rank=4).result()
+    tok = tc.get_tokenizer()
+    datum = sft_datum(tok)
+    lp = logprobs_of(tc, datum)
+    n = len(lp)
+    adv = np.linspace(-1.0, 1.0, n).astype(np.float32)
+    ids = tok.encode(TEXT)
+    for loss, cfg in [("importance_sampling", None), ("ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})]:  # fmt: skip
+        rl = types.Datum(
+            model_input=types.ModelInput.from_ints(ids[:-1]),
+            loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * n,
+                            "logprobs": lp.astype(np.float32).tolist(), "advantages": adv.tolist()},
+        )  # fmt: skip
+        out = tc.forward_backward([rl], loss, cfg).result()
+        # on-policy the ratio is 1, so both losses are -sum(A) over the loss tokens
+        assert out.metrics["loss:sum"] == pytest.approx(-float(adv.sum()), abs=1e-3)
+        assert np.allclose(out.loss_fn_outputs[0]["logprobs"].tolist(), lp, atol=1e-4)
+
+
+def test_two_clients_train_two_adapters_in_isolation(tserver: Server) -> None:
+    a = service(tserver).create_lora_training_client(base_model="tiny", rank=8, seed=3).result()
+    b = service(tserver).create_lora_training_client(base_model="tiny", rank=8, seed=3).result()
+    tok = a.get_tokenizer()
+    da, db = sft_datum(tok), sft_datum(tok, "SELECT name FROM users WHERE age > 30;")
+    b_before = logprobs_of(b, db)
+    errors: list[BaseException] = []
+
+    def train_a() -> None:
+        try:
+            for _ in range(4):
+                a.forward_backward([da], "cross_entropy").result()
+                a.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=train_a)
+    t.start()
+    seen = []
+    while t.is_alive():
+        seen.append(logprobs_of(b, db))
+    t.join()
+    assert not errors
+    assert all(np.array_equal(x, b_before) for x in seen), "a's optim_step moved b's weights"
+    a_after = logprobs_of(a, da)
+    b.forward_backward([db], "cross_entropy").result()
+    b.optim_step(types.AdamParams(learning_rate=5e-2)).result()
+    assert not np.array_equal(logprobs_of(b, db), b_before)
+    assert np.array_equal(logprobs_of(a, da), a_after), "b's optim_step moved a's weights"
+
+
+def test_unsupported_features_fail_naming_them(tserver: Server) -> None:
+    sc = service(tserver)
+    with pytest.raises(Exception, match="dimuon"):
+        sc.create_lora_training_client(base_model="tiny", rank=4, optimizer=types.DimuonOptimizerConfig()).result()  # fmt: skip
+    with pytest.raises(Exception, match="not served here"):
+        sc.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=4).result()
+    tc = sc.create_lora_training_client(base_model="tiny", rank=4).result()
+    tok = tc.get_tokenizer()
+    datum = sft_datum(tok)
+    with pytest.raises(Exception, match="'dro' is not supported"):
+        tc.forward_backward([datum], "dro").result()
+    ids = tok.encode(TEXT)
+    shifted_wrong = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                                loss_fn_inputs={"target_tokens": ids[:-1], "weights": [1.0] * (len(ids) - 1)})  # fmt: skip
+    with pytest.raises(Exception, match="shifted by one"):
+        tc.forward_backward([shifted_wrong], "cross_entropy").result()
+    with pytest.raises(Exception, match="needs"):
+        tc.forward_backward([datum], "ppo").result()
+    sampler = sc.create_sampling_client(base_model="tiny").result()
+    with pytest.raises(Exception, match="top_k"):
+        sampler.sample(types.ModelInput.from_ints(ids[:3]), 1, types.SamplingParams(max_tokens=4, top_k=5)).result()  # fmt: skip
+    # the server still trains after all that
+    assert tc.forward_backward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # TrainingClient.load_state is deprecated
+def test_state_survives_a_restart_and_tinker_paths_resolve(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    srv = start_server(state)
+    try:
+        sc = service(srv)
+        tc = sc.create_lora_training_client(base_model="tiny", rank=8).result()
+        tok = tc.get_tokenizer()
+        datum = sft_datum(tok)
+        for _ in range(3):
+            tc.forward_backward([datum], "cross_entropy").result()
+            tc.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+        ckpt = tc.save_state("step3").result().path
+        sampler_path = tc.save_weights_for_sampler("step3").result().path
+        assert ckpt.startswith("tinker://") and "/weights/step3" in ckpt
+        trained = logprobs_of(tc, datum)
+        ids = tok.encode(TEXT)
+        served = tc.create_sampling_client(sampler_path).result().compute_logprobs(types.ModelInput.from_ints(ids)).result()  # fmt: skip
+        old_model = tc
+    finally:
+        srv.stop()
+    srv = start_server(state, srv.port)
+    try:
+        sc2 = service(srv)
+        tc2 = sc2.create_training_client_from_state_with_optimizer(ckpt).result()
+        assert tc2.get_info().lora_rank == 8
+        assert np.allclose(logprobs_of(tc2, datum), trained, atol=1e-5)
+        loss = tc2.forward_backward([datum], "cross_entropy").result().metrics["loss:sum"]
+        tc2.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+        mask = np.asarray(datum.loss_fn_inputs["weights"].tolist()) > 0
+        assert loss == pytest.approx(-trained[mask].sum(), rel=1e-4)
+        again = sc2.create_sampling_client(model_path=sampler_path).result()
+        assert np.allclose(again.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:], served[1:], atol=1e-5)  # fmt: skip
+        with pytest.raises(Exception, match="load a checkpoint"):
+            old_model.forward_backward([datum], "cross_entropy").result()
+        old_model.load_state(ckpt).result()  # the restarted server rebuilds it from the path
+        assert np.allclose(logprobs_of(old_model, datum), trained, atol=1e-5)
+    finally:
+        srv.stop()
