@@ -58,7 +58,7 @@ class _Screen:
             )
         self.mode = mode
 
-    def update(self, done: float, **fields: Any) -> None:
+    def update(self, done: int, **fields: Any) -> None:
         if self.live is not None:
             self.live.update(self.task, completed=done, **fields)
 
