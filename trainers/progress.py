@@ -35,7 +35,7 @@ class _Screen:
         self.train_fields: dict[str, Any] | None = None  # where a paused training bar was
 
     def show(
-        self, mode: str, description: str, total: float | None, done: float, **fields: Any
+        self, mode: str, description: str, total: float | None, done: int, **fields: Any
     ) -> None:
         if self.live is None:
             self.live = Progress(
