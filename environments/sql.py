@@ -437,6 +437,10 @@ class SQLEnv(gym.Env):
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if isinstance(dsn, dict) and len(dsn) == 1 and None in dsn.values():
+            dsn = f"{next(iter(dsn))}:"  # `--set env.kwargs.dsn=duckdb:` read as YAML
+        if dsn in ("sqlite", "duckdb"):
+            dsn = f"{dsn}:"
         self.dsn = dsn
         """Where bundled databases live: `sqlite:` (None, the default), `duckdb:[FOLDER]`, or
         `postgresql://...` (one schema per bundled database); a task's own DSN wins."""
@@ -460,8 +464,9 @@ class SQLEnv(gym.Env):
         `metadata.schema_format`, else `compact`."""
         self.sample_rows = sample_rows
         """Example rows per table in the prompt; None: the task's `metadata.sample_rows`, else 0."""
-        if dsn is not None and not dsn.startswith(
-            ("sqlite", "duckdb:", "postgresql://", "postgres://")
+        if dsn is not None and (
+            not isinstance(dsn, str)
+            or not dsn.startswith(("sqlite:", "duckdb:", "postgresql://", "postgres://"))
         ):
             raise ValueError(
                 f"dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "

@@ -108,7 +108,9 @@ def resolve_target(database: str, dsn: str | None = None) -> Target:
     if database.startswith(_PG_PREFIXES):
         return Target("postgresql", database)
     bundled = database in sql_tasks.DATABASES
-    if not dsn or dsn in ("sqlite", "sqlite:"):
+    if dsn in ("duckdb", "sqlite"):
+        dsn += ":"
+    if not dsn or dsn == "sqlite:":
         return Target("sqlite", str(Path(sql_tasks.database_path(database)).resolve()))
     if not bundled:
         raise ValueError(
