@@ -154,3 +154,17 @@ def test_hostile_folders_are_refused(spider, tmp_path):
         load_tasks(spider)
     with pytest.raises(ValueError, match="neither a Spider folder"):
         load_tasks(tmp_path / "x")
+
+
+def test_skyrl_eval_takes_a_spider_folder(spider, tmp_path):
+    from tests.conftest import skyrl
+
+    skyrl(
+        "eval", "--env", "sql", "--model", "tiny", "--set", f"env.tasks={spider}",
+        "--split", "dev", "--max-turns", "1", "--set", "rollout.max_new_tokens=16",
+        "--output", "out", "--no-tracking", cwd=tmp_path,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["n"] == 2  # dev only: the train question is left out
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["task_id"] for x in lines] == ["spider-dev-0", "spider-dev-1"]
