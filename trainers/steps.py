@@ -134,7 +134,9 @@ def check_failures(trajs: list[Trajectory], step: int, max_fraction: float) -> s
     failed = [t for t in trajs if t.error is not None]
     if not failed:
         return None
-    first = " ".join(str(failed[0].error).split())[:300]
+    # the error may quote what the episode wrote: one line, control characters written out
+    flat = " ".join(str(failed[0].error).split())[:300]
+    first = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in flat)
     where = f"(task {failed[0].task_id!r})"
     if len(failed) == len(trajs):
         raise EpisodesFailed(
