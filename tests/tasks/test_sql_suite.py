@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tasks.sql as sql_suite
-from tasks.sql import DATABASES, build_all, database_path, load_suite, schema_text
+from tasks.sql import DATABASES, VERSION, build_all, database_path, load_suite, schema_text
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -140,7 +140,7 @@ def test_rebuild_is_byte_identical(tmp_path: Path):
 
 def test_database_path_builds_into_cache_and_rebuilds_a_missing_file(cache: Path):
     path = database_path("hospital")
-    assert path == cache / "sql" / "v1" / "hospital.sqlite"
+    assert path == cache / "sql" / VERSION / "hospital.sqlite"
     path.unlink()
     assert database_path("hospital").exists()
 
