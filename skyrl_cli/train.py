@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from skyrl_cli.errors import fail
+from skyrl_cli.errors import exit_now, fail
 
 EXAMPLES = """
 \b
@@ -94,7 +94,7 @@ def train(
         typer.echo("\nUse one with: skyrl train --config NAME [--set KEY=VALUE ...]")
         return
 
-    from trainers import stopping
+    from trainers import progress, stopping
     from trainers.progress import phase
 
     stopping.install()  # from here on a signal is a stop (exit 128+N), never a traceback
@@ -120,7 +120,7 @@ def train(
         fail(str(e))
     except KeyboardInterrupt:
         raise typer.Exit(stopping.STOP.exit_code()) from None
-    if watch and not all(f.isatty() for f in (sys.stdin, sys.stdout, sys.stderr)):
+    if watch and not progress.has_terminal():
         print("--watch needs a terminal; training here with plain progress", file=sys.stderr)
         watch = False
     if watch:
@@ -478,6 +478,7 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     finally:
         run.stop_heartbeat()
     _print_summary(cfg, summary)
+    exit_now(0)  # all is written: skip the interpreter's slow teardown of torch and Ray
 
 
 def _stopped(run: Any, stop: Any) -> None:

@@ -195,3 +195,8 @@ class _EvalBar:
 def _fmt(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def has_terminal() -> bool:
+    """stdin, stdout and stderr are all a terminal: a full-screen UI can run here."""
+    return all(f.isatty() for f in (sys.stdin, sys.stdout, sys.stderr))

@@ -270,6 +270,7 @@ def test_train_watch_trains_in_the_background(tmp_path, ray_address, monkeypatch
 
     opened = []
     monkeypatch.setattr(tui.app.WatchApp, "run", lambda self, *a, **k: opened.append(self))
+    monkeypatch.setattr("trainers.progress.has_terminal", lambda: True)  # as if in one
     monkeypatch.chdir(tmp_path)
     args = [
         "train",
