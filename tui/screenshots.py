@@ -1,6 +1,10 @@
-"""Export SVG screenshots of the main watch screens to docs/screens/, from a synthetic run.
+"""Export SVG screenshots of the main watch screens from a real runs folder.
 
-python -m tui.screenshots [OUT_DIR]
+    python -m tui.screenshots RUNS_DIR [OUT_DIR]      # OUT_DIR defaults to docs/screens
+
+The app opens on RUNS_DIR (paths shown relative to its parent, as `skyrl watch` run
+there would show them) and walks the screens: the runs list, the newest run, its rollouts
+and a trajectory. docs/screens/README.md names the command that produced the run shown.
 """
 
 from __future__ import annotations
@@ -8,18 +12,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from tui.app import WatchApp
-from tui.synthetic import make_run
 
 
-async def export(out: Path, size: tuple[int, int] = (80, 24)) -> list[Path]:
+async def export(runs_dir: Path, out: Path, size: tuple[int, int] = (100, 30)) -> list[Path]:
     """Drive the app through its screens, saving one SVG per screen into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     saved: list[Path] = []
-    app = WatchApp(runs_dir=Path("runs"))
+    app = WatchApp(runs_dir=runs_dir)
     async with app.run_test(size=size) as pilot:
 
         async def shot(name: str) -> None:
@@ -29,15 +31,9 @@ async def export(out: Path, size: tuple[int, int] = (80, 24)) -> list[Path]:
         await shot("runs")
         await pilot.press("enter")
         await shot("run")
-        await pilot.press("slash", *"error", "enter")
-        await shot("rollouts-filtered")
         await pilot.press("enter")
         await shot("trajectory")
-        await pilot.press("escape", "slash", *["backspace"] * 5, "enter", "enter")
-        await shot("trajectory-table")
-        await pilot.press("escape", "x", "g")
-        await shot("rollouts-failed-length-chart")
-        await pilot.press("c")
+        await pilot.press("escape", "c")
         await shot("config")
         await pilot.press("escape", "question_mark")
         await shot("help")
@@ -45,32 +41,17 @@ async def export(out: Path, size: tuple[int, int] = (80, 24)) -> list[Path]:
 
 
 def main() -> None:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screens").resolve()
-    with tempfile.TemporaryDirectory() as tmp:
-        # Relative paths in the screenshots: run from inside the temp folder.
-        cwd = os.getcwd()
-        os.chdir(tmp)
-        try:
-            make_run(
-                Path("runs"),
-                "math-20261130-100000",
-                env="math",
-                steps=30,
-                max_steps=30,
-                state="finished",
-            )
-            make_run(Path("runs"), "sql-20261130-110000", steps=5, state="failed")
-            make_run(
-                Path("runs"),
-                "sql-20261130-120000",
-                steps=40,
-                max_steps=50,
-                rollout_steps=5,
-                state="finished",
-            )
-            saved = asyncio.run(export(out))
-        finally:
-            os.chdir(cwd)
+    if len(sys.argv) < 2 or not Path(sys.argv[1]).is_dir():
+        print("usage: python -m tui.screenshots RUNS_DIR [OUT_DIR]", file=sys.stderr)
+        raise SystemExit(2)
+    runs = Path(sys.argv[1]).resolve()
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else "docs/screens").resolve()
+    cwd = os.getcwd()
+    os.chdir(runs.parent)  # relative paths on screen, as the user who ran it sees them
+    try:
+        saved = asyncio.run(export(Path(runs.name), out))
+    finally:
+        os.chdir(cwd)
     for path in saved:
         print(path)
 

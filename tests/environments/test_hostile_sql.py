@@ -131,6 +131,7 @@ def test_a_gold_query_inside_one_c_call_stops_at_its_limit(db, driver):
     """The gold query (a task file's field) gets GOLD_TIME_FACTOR x the limit, and no more."""
     limit = 0.1
     env = SQLEnv(time_limit_s=limit)
+    env.reset(options={"task": task(db)})  # a query worker is started (not what is timed)
     start = time.monotonic()
     with pytest.raises(ValueError, match="the gold query fails .* time limit"):
         env.reset(options={"task": task(db, BOMBS[driver][0])})
