@@ -128,9 +128,12 @@ class _TooLarge(Exception):
 
 def build_app(config: ServeConfig) -> FastAPI:
     """The app with both APIs; loads the model (and the state file) once."""
+    from transformers.utils import logging as hf_logging
+
     from server import openai_api, tinker_api
     from server.pool import SamplerPool
 
+    hf_logging.disable_progress_bar()  # engines load per sampler: no bar per load in the log
     app = FastAPI(title="skyrl serve", docs_url=None, redoc_url=None, openapi_url=None)
     pool = SamplerPool(config.model_path, threads=config.threads)
     app.state.config = config

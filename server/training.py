@@ -65,7 +65,12 @@ class TrainModel:
 
         s = self.spec
         targets = (ATTN if s.train_attn else []) + (MLP if s.train_mlp else [])
-        if s.train_unembed and not learner.model.config.tie_word_embeddings:
+        model = learner.model
+        if s.train_unembed and model.get_output_embeddings() is not None:
+            if model.config.tie_word_embeddings:  # untie, so the unembedding trains on its own
+                head = model.get_output_embeddings()
+                head.weight = torch.nn.Parameter(head.weight.detach().clone())
+                model.config.tie_word_embeddings = False
             targets.append("lm_head")
         present = {name.rsplit(".", 1)[-1] for name, _ in learner.model.named_modules()}
         targets = [t for t in targets if t in present]
@@ -159,6 +164,11 @@ class TrainModel:
         for f in self.base_path.iterdir():
             if f.is_file() and not f.name.endswith((".safetensors", ".bin")) and f.name != "model.safetensors.index.json":  # fmt: skip
                 shutil.copy(f, tmp / f.name)
+        config = json.loads((tmp / "config.json").read_text())
+        tied = bool(self.learner.model.config.tie_word_embeddings)
+        if config.get("tie_word_embeddings", False) != tied:  # LoRA untied the unembedding
+            config["tie_word_embeddings"] = tied
+            (tmp / "config.json").write_text(json.dumps(config, indent=2))
         state = self.merged_state_dict()
         seen: set[int] = set()
         tensors = {}

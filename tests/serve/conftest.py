@@ -69,8 +69,9 @@ def start_server(state_dir: Path, port: int | None = None, *extra: str) -> Serve
     raise RuntimeError(f"skyrl serve did not start: {log.read_text()[-2000:]}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for every test of tests/serve that needs no special flags."""
     srv = start_server(tmp_path_factory.mktemp("serve") / "state")
     yield srv
     srv.stop()

@@ -158,7 +158,7 @@ def test_api_key(tmp_path: Path) -> None:
 
 def test_skyrl_eval_through_the_server_matches_local_eval(server: Server, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
-    base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "6", "--no-tracking"]
+    base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "4", "--no-tracking"]
     local = subprocess.run([*base, "--model", "tiny", "--output", str(tmp_path / "local")],
                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     remote = subprocess.run([*base, "--model", f"openai:tiny@{server.url}/v1", "--output", str(tmp_path / "remote")],
@@ -173,3 +173,13 @@ def test_skyrl_eval_through_the_server_matches_local_eval(server: Server, tmp_pa
         rows = [json.loads(x) for x in (tmp_path / name / "results.jsonl").read_text().splitlines()]
         texts.append([[t["text"] for t in r["turns"] if t["role"] == "assistant"] for r in rows])
     assert texts[0] == texts[1], "greedy answers through the server differ from local ones"
+
+
+def test_200_concurrent_requests_all_complete(server: Server) -> None:
+    """The bounded load test (benchmarks/serve_load.py): 200 chat requests at once."""
+    from benchmarks.serve_load import run
+
+    result = run(server.url + "/v1", requests=200, max_tokens=4)
+    print("serve_load:", result)
+    assert result["completed"] == 200 and result["failed"] == 0, result
+    assert client(server).models.list().data[0].id == "tiny"
