@@ -344,8 +344,10 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> APIRouter:
             if req.optimizer_config.type != "adamw":
                 raise UserError(f"optimizer {req.optimizer_config.type!r} is not supported by this server (adamw is)")  # fmt: skip
             lora = req.lora_config
+            if lora is not None and lora.rank == 0:  # rank 0 (or no lora_config): full fine-tuning
+                lora = None
             if lora is not None and not 1 <= lora.rank <= MAX_RANK:
-                raise UserError(f"LoRA rank must be 1 to {MAX_RANK}, got {lora.rank}")
+                raise UserError(f"LoRA rank must be 1 to {MAX_RANK} (0 = full fine-tuning), got {lora.rank}")  # fmt: skip
             spec = ModelSpec(model_id, config.model_name, lora.rank if lora else 0,
                              lora.train_mlp if lora else True, lora.train_attn if lora else True,
                              lora.train_unembed if lora else True, (lora.seed or 0) if lora else 0)  # fmt: skip

@@ -211,3 +211,19 @@ def test_the_tinker_cookbook_style_example_learns_the_toy_task(server: Server) -
     print(f"tinker_rl_loop: mean reward first 3 steps {first:.3f}, last 3 steps {last:.3f}")
     assert len(rewards) == 16
     assert first < 0.1 and last > 0.6, rewards
+
+
+def test_rank_zero_asks_for_full_fine_tuning(server: Server) -> None:
+    tc = service(server).create_lora_training_client(base_model="tiny", rank=0).result()
+    assert tc.get_info().is_lora is False
+    datum = sft_datum(tc.get_tokenizer())
+    before = logprobs_of(tc, datum)
+    tc.forward_backward([datum], "cross_entropy").result()
+    tc.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+    after = logprobs_of(tc, datum)
+    mask = np.asarray(datum.loss_fn_inputs["weights"].tolist()) > 0
+    assert after[mask].sum() > before[mask].sum()
+    ids = tc.get_tokenizer().encode(TEXT)
+    sampler = tc.save_weights_and_get_sampling_client().result()
+    served = sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result()
+    assert np.allclose(np.asarray(served[1:])[mask], after[mask], atol=1e-3)
