@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shutil
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -131,6 +132,15 @@ class TinkerServer:
         if not directory.is_dir():
             raise UserError(f"checkpoint {path} is recorded but its folder is gone")
         return model_id, directory
+
+    def prune_ephemeral(self, model_id: str) -> None:
+        """Delete all but the KEEP_EPHEMERAL newest snapshot folders of
+        `save_weights_and_get_sampling_client` (their samplers then answer 410)."""
+        snaps = [p for p, kind, _ in self.store.checkpoints(model_id) if kind == "sampler" and "/sampler_weights/ephemeral-" in p]  # fmt: skip
+        for path in snaps[:-KEEP_EPHEMERAL]:
+            found = self.store.checkpoint(path)
+            if found is not None and found[2].is_dir():
+                shutil.rmtree(found[2], ignore_errors=True)
 
     # -- running calls ----------------------------------------------------------------
 
@@ -426,7 +436,9 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> APIRouter:
     async def save_for_sampler(request: Request) -> dict[str, Any]:
         req = _parse(types.SaveWeightsForSamplerRequest, await read_json(request))
         ephemeral = req.path is None
-        name = _name(req.path, f"sampler-{uuid.uuid4().hex[:12]}")
+        if req.path is not None and req.path.startswith("ephemeral-"):
+            raise APIError(400, "sampler checkpoint names starting with 'ephemeral-' are reserved")
+        name = _name(req.path, f"ephemeral-{uuid.uuid4().hex[:12]}")
         path, directory = srv.checkpoint_dir(req.model_id, "sampler", name)
         session = req.model_id.split(":train:")[0]
 
@@ -438,6 +450,7 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> APIRouter:
                 sid = f"{session}:sample:{req.sampling_session_seq_id}"
                 srv.store.add_sampler(sid, srv.base, path, directory)
                 out["sampling_session_id"] = sid
+                srv.prune_ephemeral(req.model_id)
             return out
 
         return srv.on_model(req.model_id, save)

@@ -211,6 +211,9 @@ def test_the_tinker_cookbook_style_example_learns_the_toy_task(server: Server) -
     print(f"tinker_rl_loop: mean reward first 3 steps {first:.3f}, last 3 steps {last:.3f}")
     assert len(rewards) == 16
     assert first < 0.1 and last > 0.6, rewards
+    # 16 snapshots were written; each model keeps only its 4 newest on disk
+    per_model = [len(list(d.glob("sampler_weights/ephemeral-*"))) for d in (server.state_dir / "checkpoints").iterdir()]  # fmt: skip
+    assert max(per_model) == 4, per_model
 
 
 def test_rank_zero_asks_for_full_fine_tuning(server: Server) -> None:
