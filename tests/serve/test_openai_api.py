@@ -152,6 +152,10 @@ def test_api_key(tmp_path: Path) -> None:
         status, body = post(srv, "/v1/completions", b"{}")
         assert status == 401 and body["error"]["type"] == "authentication_error"
         assert client(srv, "tml-secret-key").models.list().data[0].id == "tiny"
+        status, body = post(srv, "/api/v1/create_session", b"{}")  # Tinker's routes too
+        assert status == 401
+        status, _ = post(srv, "/api/v1/create_session", b"{}", {"X-API-Key": "tml-secret-key"})
+        assert status == 400  # past the key: the empty body is refused on its merits
     finally:
         srv.stop()
 

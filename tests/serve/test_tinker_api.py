@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import importlib.util
+import json
 import sys
 import threading
 from pathlib import Path
@@ -230,3 +233,33 @@ def test_rank_zero_asks_for_full_fine_tuning(server: Server) -> None:
     sampler = tc.save_weights_and_get_sampling_client().result()
     served = sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result()
     assert np.allclose(np.asarray(served[1:])[mask], after[mask], atol=1e-3)
+
+
+def test_hostile_bodies_get_4xx_and_the_server_keeps_training(server: Server) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    # a chunked body with no length: cut off once it passes the cap
+    conn.putrequest("POST", "/api/v1/create_session")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    chunk = b"x" * 65536
+    with contextlib.suppress(OSError):
+        for _ in range(40):
+            conn.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        conn.send(b"0\r\n\r\n")
+    r = conn.getresponse()
+    assert r.status == 413 and b"limit" in r.read()
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    for path, body, status in [
+        ("/api/v1/forward_backward", b"\x0a\xff\xff\xff\xff\x0f garbage", 400),
+        ("/api/v1/create_model", b'{"session_id": 1}', 400),
+        ("/api/v1/retrieve_future", b'{"request_id": "nope"}', 404),
+        ("/api/v1/asample", b'{"prompt": "x"}', 400),
+    ]:
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        assert r.status == status, (path, r.status)
+        assert json.loads(r.read())["detail"]
+    tc = service(server).create_lora_training_client(base_model="tiny", rank=2).result()
+    assert tc.forward_backward([sft_datum(tc.get_tokenizer())], "cross_entropy").result().metrics
