@@ -30,6 +30,19 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail in one sentence now, not after loading the model, when the port is taken."""
+    import socket
+
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port} ({e.strerror or e}); pick another --port or --host")
+
+
 def serve(
     model: Annotated[
         str,
@@ -75,6 +88,7 @@ def serve(
         path = ref.path or resolve_model(model)
     except ValueError as e:
         fail(str(e))
+    _check_port(host, port)
     import uvicorn
 
     from server.app import ServeConfig, build_app

@@ -139,6 +139,21 @@ def test_bad_requests_get_4xx_in_openai_shape_and_the_server_keeps_serving(serve
     assert ok.choices[0].message.content is not None
 
 
+def test_bad_command_lines_are_one_sentence(server: Server, tmp_path: Path) -> None:
+    env = {**os.environ, "HOME": str(tmp_path)}
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text("{}")
+    for args, words in [
+        (["--model", str(tmp_path / "nothing")], "does not exist"),
+        (["--model", str(tmp_path / "run")], "no complete checkpoint"),
+        (["--model", "tiny", "--port", str(server.port)], "cannot listen"),
+        (["--model", "openai:gpt@http://x/v1"], "local model"),
+    ]:
+        out = subprocess.run([str(BIN / "skyrl"), "serve", *args], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        assert out.returncode == 2 and words in out.stderr, (args, out.stderr)
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
 def test_api_key(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("SKYRL_API_KEY", None)
