@@ -165,6 +165,7 @@ def build_app(config: ServeConfig) -> FastAPI:
         return {"status": "ok"}
 
     app.include_router(openai_api.router)
-    app.include_router(tinker_api.build_router(config, pool))
+    router, app.state.tinker = tinker_api.build_router(config, pool)
+    app.include_router(router)
     app.add_middleware(_Guard, api_key=config.api_key)
     return app

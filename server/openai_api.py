@@ -90,13 +90,22 @@ def _parse(model: type[_Strict], body: dict[str, Any], unsupported: tuple[str, .
         raise APIError(400, f"invalid '{where}': {err['msg']}", param=where) from None
 
 
-def _check_model(config: ServeConfig, name: str) -> None:
-    if name != config.model_name and name not in config.aliases:
-        raise APIError(
-            404,
-            f"the model '{name}' does not exist on this server; it serves '{config.model_name}'",
-            param="model",
-        )
+def _weights(request: Request, name: str) -> str:
+    """The weights folder a model name picks: "" for the served model, or a sampler
+    checkpoint written through Tinker's API (`tinker://<model>/sampler_weights/<name>`)."""
+    config: ServeConfig = request.app.state.config
+    if name == config.model_name or name in config.aliases:
+        return ""
+    if name.startswith("tinker://"):
+        try:
+            return str(request.app.state.tinker.resolve(name, "sampler")[1])
+        except ValueError as e:
+            raise APIError(404, str(e), param="model") from None
+    raise APIError(
+        404,
+        f"the model '{name[:200]}' does not exist on this server; it serves '{config.model_name}' and its tinker:// sampler checkpoints",  # fmt: skip
+        param="model",
+    )
 
 
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -146,14 +155,14 @@ class _Choice:
 
 
 async def _sample(
-    pool: SamplerPool, prompt: list[int], req: _Sampling, max_tokens: int | None
+    pool: SamplerPool, prompt: list[int], req: _Sampling, max_tokens: int | None, weights: str
 ) -> tuple[list[_Choice], int]:
     stops = _stops(req.stop)
     budget = _budget(pool, len(prompt), max_tokens)
     seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
     temperature = 1.0 if req.temperature is None else req.temperature
     reqs = [GenRequest(prompt, budget, (seed + i) % 2**63, stops) for i in range(req.n)]
-    results = await asyncio.wrap_future(pool.submit(reqs, temperature, req.top_p or 1.0))
+    results = await asyncio.wrap_future(pool.submit(reqs, temperature, req.top_p or 1.0, weights))
     choices = [_Choice(pool, r, stops) for r in results]
     return choices, sum(c.generated for c in choices)
 
@@ -199,29 +208,27 @@ def _ids() -> tuple[str, int]:
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     config: ServeConfig = request.app.state.config
-    card = {"id": config.model_name, "object": "model", "created": 0, "owned_by": "skyrl"}
-    return {"object": "list", "data": [card]}
+    names = [config.model_name, *request.app.state.tinker.store.sampler_checkpoints()]
+    return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "skyrl"} for n in names]}  # fmt: skip
 
 
 @router.get("/v1/models/{name:path}")
 async def model(request: Request, name: str) -> dict[str, Any]:
-    config: ServeConfig = request.app.state.config
-    _check_model(config, name)
-    return {"id": config.model_name, "object": "model", "created": 0, "owned_by": "skyrl"}
+    _weights(request, name)
+    return {"id": name, "object": "model", "created": 0, "owned_by": "skyrl"}
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat(request: Request) -> JSONResponse | StreamingResponse:
-    config: ServeConfig = request.app.state.config
     pool: SamplerPool = request.app.state.pool
     req = _parse(ChatRequest, await read_json(request), _UNSUPPORTED_CHAT)
-    _check_model(config, req.model)
+    weights = _weights(request, req.model)
     if req.top_logprobs:
         raise APIError(400, "'top_logprobs' above 0 is not supported by this server (logprobs of the sampled tokens are)", param="top_logprobs")  # fmt: skip
     prompt = _chat_prompt(pool, req)
-    choices, generated = await _sample(pool, prompt, req, req.max_completion_tokens or req.max_tokens)  # fmt: skip
+    choices, generated = await _sample(pool, prompt, req, req.max_completion_tokens or req.max_tokens, weights)  # fmt: skip
     rid, created = _ids()
-    head = {"id": f"chatcmpl-{rid}", "created": created, "model": config.model_name}
+    head = {"id": f"chatcmpl-{rid}", "created": created, "model": req.model}
 
     def logprobs(c: _Choice) -> dict[str, Any] | None:
         if not req.logprobs:
@@ -249,18 +256,17 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
 
 @router.post("/v1/completions", response_model=None)
 async def completions(request: Request) -> JSONResponse | StreamingResponse:
-    config: ServeConfig = request.app.state.config
     pool: SamplerPool = request.app.state.pool
     req = _parse(CompletionRequest, await read_json(request), _UNSUPPORTED_COMPLETION)
-    _check_model(config, req.model)
+    weights = _weights(request, req.model)
     if req.echo:
         raise APIError(400, "'echo' is not supported by this server", param="echo")
     if req.logprobs is not None and req.logprobs > 1:
         raise APIError(400, "'logprobs' above 1 is not supported by this server (the sampled token's is)", param="logprobs")  # fmt: skip
     prompt = _completion_prompt(pool, req)
-    choices, generated = await _sample(pool, prompt, req, req.max_tokens)
+    choices, generated = await _sample(pool, prompt, req, req.max_tokens, weights)
     rid, created = _ids()
-    head = {"id": f"cmpl-{rid}", "created": created, "model": config.model_name}
+    head = {"id": f"cmpl-{rid}", "created": created, "model": req.model}
 
     def logprobs(c: _Choice) -> dict[str, Any] | None:
         if req.logprobs is None:

@@ -73,6 +73,11 @@ class Store:
     def checkpoints(self, model_id: str) -> list[tuple[str, str, float]]:
         return [(r[0], r[1], r[2]) for r in self._run("SELECT path, kind, created FROM checkpoints WHERE model_id = ? ORDER BY created", (model_id,))]  # fmt: skip
 
+    def sampler_checkpoints(self) -> list[str]:
+        """Named sampler checkpoints (snapshots of save_weights_and_get_sampling_client aside)."""
+        rows = self._run("SELECT path FROM checkpoints WHERE kind = 'sampler' ORDER BY created")
+        return [r[0] for r in rows if "/sampler_weights/ephemeral-" not in r[0]]
+
     def add_sampler(self, sid: str, base_model: str, model_path: str | None, directory: Path | None) -> None:  # fmt: skip
         self._run("INSERT OR REPLACE INTO samplers VALUES (?, ?, ?, ?, ?)", (sid, base_model, model_path, str(directory) if directory else None, time.time()))  # fmt: skip
 

@@ -299,7 +299,7 @@ def _forward_backward(m: TrainModel, data: list[Datum], loss_fn: str, cfg: dict[
 # -- routes -----------------------------------------------------------------------------
 
 
-def build_router(config: ServeConfig, pool: SamplerPool) -> APIRouter:
+def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, TinkerServer]:
     from tinker import types
 
     srv = TinkerServer(config, pool)
@@ -579,7 +579,7 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> APIRouter:
             return Response(value[1], media_type="application/x-protobuf")
         return JSONResponse(value)
 
-    return r
+    return r, srv
 
 
 def _sample_prompt(srv: TinkerServer, req: Any) -> list[int]:

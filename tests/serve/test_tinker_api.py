@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import openai
 import pytest
 import tinker
 from tinker import types
@@ -77,6 +78,14 @@ def test_train_save_sample_loop_with_futures(server: Server) -> None:
     # the sampler's weights are the trained ones: its log-probs of TEXT are the learner's
     full = sampler.compute_logprobs(types.ModelInput.from_ints(ids)).result()
     assert np.allclose(np.asarray(full[1:])[mask], after[mask], atol=1e-3)
+    # a named sampler checkpoint is also a model of the OpenAI API
+    named = tc.save_weights_for_sampler("after-sft").result().path
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    assert named in [m.id for m in oa.models.list().data]
+    via_openai = oa.completions.create(model=named, prompt=ids[:3], max_tokens=8, temperature=0)  # type: ignore[arg-type]
+    assert via_openai.choices[0].text == tok.decode(seq.tokens, skip_special_tokens=True)
+    with pytest.raises(openai.NotFoundError, match="no checkpoint"):
+        oa.completions.create(model=named + "x", prompt="a", max_tokens=2)
     base = sc.create_sampling_client(base_model="tiny").result()
     base_lp = base.compute_logprobs(types.ModelInput.from_ints(ids)).result()
     assert np.allclose(np.asarray(base_lp[1:])[mask], before[mask], atol=1e-3)
