@@ -137,21 +137,32 @@ class _Choice:
             cuts = [i for s in stops if (i := text.find(s)) >= 0]
             text = text[: min(cuts)] if cuts else text
         # the tokens that make up the returned text (a stop string's tokens are dropped)
-        self.pieces: list[tuple[str, float, int]] = []
-        done = ""
-        for i, (t, lp) in enumerate(zip(ids, lps, strict=True)):
-            prefix = tok.decode(ids[: i + 1], skip_special_tokens=True)
-            if len(done) >= len(text):
-                break
-            if prefix.endswith("\ufffd") and i + 1 < len(ids):
-                self.pieces.append(("", lp, t))
-                continue
-            piece = prefix[len(done) : len(text)]
-            done = prefix[: len(text)]
-            self.pieces.append((piece, lp, t))
+        pieces = _pieces(tok, ids, text, window=16)
+        if "".join(pieces) != text:  # a rare multi-byte split the window missed
+            pieces = _pieces(tok, ids, text, window=len(ids) + 1)
+        self.pieces = [(p, lp, t) for p, lp, t in zip(pieces, lps, ids, strict=False)]
         self.text = text
         self.finish = "length" if r.finish_reason == "length" else "stop"
         self.generated = len(r.token_ids)
+
+
+def _pieces(tok: Any, ids: list[int], text: str, window: int) -> list[str]:
+    """Each token's share of `text`, decoding a sliding window of at most `window` tokens
+    (linear time; a token that ends mid-character gets "" and the next one carries it)."""
+    out: list[str] = []
+    done, start, base = 0, 0, ""
+    for i in range(len(ids)):
+        if done >= len(text):
+            break
+        chunk = tok.decode(ids[start : i + 1], skip_special_tokens=True)
+        if chunk.endswith("\ufffd") and i + 1 < len(ids):
+            out.append("")
+            continue
+        piece = chunk[len(base) :][: len(text) - done]
+        out.append(piece)
+        done += len(piece)
+        start, base = (i + 1, "") if i + 1 - start >= window else (start, chunk)
+    return out
 
 
 async def _sample(
@@ -163,7 +174,8 @@ async def _sample(
     temperature = 1.0 if req.temperature is None else req.temperature
     reqs = [GenRequest(prompt, budget, (seed + i) % 2**63, stops) for i in range(req.n)]
     results = await asyncio.wrap_future(pool.submit(reqs, temperature, req.top_p or 1.0, weights))
-    choices = [_Choice(pool, r, stops) for r in results]
+    # decoding is CPU work: off the event loop, so other requests keep flowing
+    choices = await asyncio.to_thread(lambda: [_Choice(pool, r, stops) for r in results])
     return choices, sum(c.generated for c in choices)
 
 

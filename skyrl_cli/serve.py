@@ -14,7 +14,7 @@ from skyrl_cli.errors import fail
 EXAMPLES = """
 \b
 Examples:
-  skyrl serve --model tiny                      # http://127.0.0.1:8000/v1 (OpenAI), /api/v1 (Tinker)
+  skyrl serve --model tiny                      # 127.0.0.1:8000: /v1 OpenAI, /api/v1 Tinker
   skyrl serve --model runs/<id> --port 8001     # the run's latest checkpoint
   SKYRL_API_KEY=tml-secret skyrl serve --model smollm2-135m --host 0.0.0.0
   skyrl eval --env math --model openai:tiny@http://127.0.0.1:8000/v1
