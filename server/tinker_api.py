@@ -392,14 +392,15 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
         if request.headers.get("content-encoding"):
             raise APIError(400, "compressed forward_backward bodies are not supported by this server")  # fmt: skip
         msg = pb.ForwardBackwardRequest()
-        try:
-            msg.ParseFromString(await request.body())
+        body = await request.body()
+        try:  # parsing and checking up to 64 MiB is CPU work: off the event loop
+            await asyncio.to_thread(msg.ParseFromString, body)
         except DecodeError:
             raise APIError(400, "the forward_backward body is not a ForwardBackwardRequest protobuf") from None  # fmt: skip
         loss_fn, forward_only = msg.loss_fn, msg.forward_only
         try:
             cfg = _loss_config(msg, loss_fn, len(msg.data))
-            data = _data(srv, msg, loss_fn)
+            data = await asyncio.to_thread(_data, srv, msg, loss_fn)
         except UserError as e:
             failed: Future[Any] = Future()
             failed.set_exception(e)
