@@ -41,6 +41,8 @@ MAX_SAMPLES = 64
 MAX_DATA = 512
 MAX_TOKENS_PER_CALL = 262_144
 MAX_RANK = 256
+MAX_MODELS = 16
+"""Training models held in memory at once (each is a full copy of the base model)."""
 KEEP_EPHEMERAL = 4
 """Sampler snapshots of `save_weights_and_get_sampling_client` kept per model."""
 LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo")
@@ -157,6 +159,8 @@ class TinkerServer:
         return self.start(m.submit(fn, m), model_id)
 
     def build_model(self, spec: ModelSpec, session_id: str) -> TrainModel:
+        if spec.model_id not in self.models and len(self.models) >= MAX_MODELS:
+            raise UserError(f"this server already holds {MAX_MODELS} training models in memory; save and restart it, or use an existing training client")  # fmt: skip
         m = TrainModel(spec, self.config.model_path, self.config.threads)
         old = self.models.pop(spec.model_id, None)
         if old is not None:
