@@ -3,7 +3,7 @@
 Every training or sampling call answers at once with a request id; the client then polls
 `retrieve_future`, which waits up to `POLL_S` and answers 408 ("try again", which the client
 retries quietly) until the result is ready. Results are JSON, except `forward_backward` and
-`sample`, which 0.38 reads as protobuf (`tinker.proto.tinker_public_pb2`, parsed here with
+`sample`, which 0.38 reads as protobuf (`server/tinker_wire.py` parses and writes it with
 size checks; nothing a client sends is evaluated or unpickled). A call the server cannot do
 (an unknown loss, image inputs, per-token clip thresholds, top-k, the dimuon optimizer...)
 fails with a `RequestFailedError` naming it. Model ids follow the client's own rule
@@ -23,7 +23,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -32,25 +31,27 @@ from agents.engine import GenRequest
 from server.app import APIError, ServeConfig, read_json
 from server.pool import SamplerPool
 from server.store import Store
+from server.tinker_wire import (
+    UserError,
+    data_of,
+    fb_proto,
+    loss_config,
+    sample_prompt,
+    sample_proto,
+    stop_strings,
+)
 from server.training import ModelSpec, TrainModel, adam_params
-from trainers.client import Datum, ModelInput
+from trainers.client import Datum
 
 POLL_S = 20.0
 """How long one retrieve_future waits before answering "try again"."""
 MAX_SAMPLES = 64
-MAX_DATA = 512
-MAX_TOKENS_PER_CALL = 262_144
 MAX_RANK = 256
 MAX_MODELS = 16
 """Training models held in memory at once (each is a full copy of the base model)."""
 KEEP_EPHEMERAL = 4
 """Sampler snapshots of `save_weights_and_get_sampling_client` kept per model."""
-LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-class UserError(ValueError):
-    """A request the server understood but will not do; reported to the client's future."""
 
 
 class Futures:
@@ -181,107 +182,6 @@ def _info(srv: TinkerServer, model_id: str, spec: dict[str, Any]) -> dict[str, A
     }
 
 
-# -- protobuf in and out ---------------------------------------------------------------
-
-
-def _tensor(msg: Any, name: str) -> np.ndarray:
-    from tinker.proto import tinker_public_pb2 as pb
-
-    dtypes = {pb.DTYPE_FLOAT32: np.float32, pb.DTYPE_INT64: np.int64, pb.DTYPE_INT32: np.int32}
-    if msg.dtype not in dtypes:
-        raise UserError(f"loss_fn_inputs[{name!r}] has an unsupported dtype")
-    shape = [int(s) for s in msg.shape]
-    if len(shape) > 1:
-        raise UserError(f"loss_fn_inputs[{name!r}] is {len(shape)}-D; this server takes one value per position (top-k targets are not supported)")  # fmt: skip
-    dt = dtypes[msg.dtype]
-    if msg.HasField("sparse_csr"):
-        raise UserError(f"loss_fn_inputs[{name!r}] is sparse; only 1-D dense inputs are supported")
-    if len(msg.dense) % np.dtype(dt).itemsize:
-        raise UserError(f"loss_fn_inputs[{name!r}] has a ragged byte buffer")
-    arr = np.frombuffer(msg.dense, dtype=dt)
-    if shape and shape[0] != arr.size:
-        raise UserError(f"loss_fn_inputs[{name!r}] declares {shape[0]} values and carries {arr.size}")  # fmt: skip
-    return arr
-
-
-def _data(srv: TinkerServer, msg: Any, loss_fn: str) -> list[Datum]:
-    if len(msg.data) > MAX_DATA:
-        raise UserError(f"one forward_backward takes at most {MAX_DATA} data, got {len(msg.data)}")
-    total = 0
-    out = []
-    needs = {"importance_sampling": ("advantages", "logprobs"), "ppo": ("advantages", "logprobs"),
-             "cispo": ("advantages", "logprobs"), "gspo": ("advantages", "logprobs")}.get(loss_fn, ())  # fmt: skip
-    for i, d in enumerate(msg.data):
-        tokens: list[int] = []
-        for chunk in d.model_input:
-            if chunk.HasField("image") or chunk.HasField("dmel"):
-                raise UserError("image and audio inputs are not supported by this server")
-            if len(chunk.encoded_text.tokens) % 4:
-                raise UserError(f"datum {i}: a token chunk has a ragged byte buffer")
-            tokens += np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist()
-        n = len(tokens)
-        total += n
-        if not n or n >= srv.pool.context or total > MAX_TOKENS_PER_CALL:
-            raise UserError(f"datum {i} has {n} tokens; each must have 1 to {srv.pool.context - 1} and a call at most {MAX_TOKENS_PER_CALL}")  # fmt: skip
-        if any(not 0 <= t < srv.vocab for t in tokens):
-            raise UserError(f"datum {i} has token ids outside [0, {srv.vocab})")
-        inputs = {k: _tensor(v, k) for k, v in d.loss_fn_inputs.items()}
-        unknown = sorted(set(inputs) - {"target_tokens", "weights", "advantages", "logprobs"})
-        if unknown:
-            raise UserError(f"loss_fn_inputs {unknown} are not supported by this server (it takes target_tokens, weights, advantages, logprobs)")  # fmt: skip
-        for key in ("target_tokens", *needs):
-            if key not in inputs:
-                raise UserError(f"datum {i} lacks loss_fn_inputs[{key!r}], which {loss_fn} needs")
-        for key, arr in inputs.items():
-            if arr.size != n:
-                raise UserError(f"datum {i}: loss_fn_inputs[{key!r}] has {arr.size} values for {n} tokens")  # fmt: skip
-        targets = inputs["target_tokens"].astype(np.int64).tolist()
-        if targets[:-1] != tokens[1:] or not 0 <= targets[-1] < srv.vocab:
-            raise UserError(f"datum {i}: target_tokens must be the input tokens shifted by one (other targets are not supported)")  # fmt: skip
-        weights = inputs.get("weights", np.ones(n, np.float32)).astype(np.float64)
-        if not np.isin(weights, (0.0, 1.0)).all():
-            raise UserError(f"datum {i}: weights must be 0 or 1 (fractional weights are not supported)")  # fmt: skip
-        loss_inputs = {"target_tokens": [float(t) for t in targets], "weights": weights.tolist()}
-        for key in needs:
-            vals = inputs[key].astype(np.float64)
-            if not np.isfinite(vals).all():
-                raise UserError(f"datum {i}: loss_fn_inputs[{key!r}] holds a non-finite value")
-            loss_inputs[key] = vals.tolist()
-        out.append(Datum(ModelInput(tokens), loss_inputs))
-    return out
-
-
-def _loss_config(msg: Any, loss_fn: str, n_data: int) -> dict[str, Any]:
-    if loss_fn not in LOSSES:
-        raise UserError(f"loss {loss_fn!r} is not supported by this server (supported: {', '.join(LOSSES)})")  # fmt: skip
-    raw: dict[str, Any] = {k: v.number for k, v in msg.loss_fn_config_v2.items()} or dict(msg.loss_fn_config)  # fmt: skip
-    allowed = {"clip_low_threshold", "clip_high_threshold"} if loss_fn in ("ppo", "cispo", "gspo") else set()  # fmt: skip
-    if unknown := sorted(set(raw) - allowed):
-        raise UserError(f"loss_fn_config {unknown} is not supported for {loss_fn}")
-    # Tinker's losses are sums over tokens: the learner's seq-mean-token-sum-norm with 1/B
-    c: dict[str, Any] = {"loss_agg": "seq-mean-token-sum-norm", "loss_agg_constant": 1.0 / max(1, n_data)}  # fmt: skip
-    if "clip_low_threshold" in raw:
-        c["clip_low"] = 1.0 - float(raw["clip_low_threshold"])
-    if "clip_high_threshold" in raw:
-        c["clip_high"] = float(raw["clip_high_threshold"]) - 1.0
-    return c
-
-
-def _fb_proto(per_datum: list[list[float]], metrics: dict[str, float]) -> bytes:
-    from tinker.proto import tinker_public_pb2 as pb
-
-    msg = pb.ForwardBackwardOutput(loss_fn_output_type="ArrayRecord")
-    rec = msg.loss_fn_outputs.add()
-    rec.num_datums = len(per_datum)
-    field = rec.fields["logprobs"]
-    field.dtype = pb.DTYPE_FLOAT32
-    field.data = np.concatenate([np.asarray(x, np.float32) for x in per_datum]).tobytes() if per_datum else b""  # fmt: skip
-    field.offsets = np.cumsum([0] + [4 * len(x) for x in per_datum]).astype(np.int64).tobytes()
-    for k, v in metrics.items():  # Tinker names every metric `name:reduction`
-        msg.metrics[k if ":" in k else f"{k}:sum"] = float(v)
-    return msg.SerializeToString()
-
-
 def _forward_backward(m: TrainModel, data: list[Datum], loss_fn: str, cfg: dict[str, Any], forward_only: bool) -> bytes:  # fmt: skip
     live = [i for i, d in enumerate(data) if forward_only or d.n_loss]
     per_datum = [[0.0] * len(d.model_input.tokens) for d in data]
@@ -297,7 +197,7 @@ def _forward_backward(m: TrainModel, data: list[Datum], loss_fn: str, cfg: dict[
             w = data[i].loss_fn_inputs["weights"]
             it = iter(lps)
             per_datum[i] = [next(it) if x else 0.0 for x in w]
-    return _fb_proto(per_datum, metrics)
+    return fb_proto(per_datum, metrics)
 
 
 # -- routes -----------------------------------------------------------------------------
@@ -403,8 +303,8 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
             raise APIError(400, "the forward_backward body is not a ForwardBackwardRequest protobuf") from None  # fmt: skip
         loss_fn, forward_only = msg.loss_fn, msg.forward_only
         try:
-            cfg = _loss_config(msg, loss_fn, len(msg.data))
-            data = await asyncio.to_thread(_data, srv, msg, loss_fn)
+            cfg = loss_config(msg, loss_fn, len(msg.data))
+            data = await asyncio.to_thread(data_of, msg, loss_fn, pool.context, srv.vocab)
         except UserError as e:
             failed: Future[Any] = Future()
             failed.set_exception(e)
@@ -526,7 +426,7 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
                 weights = str(srv.resolve(req.model_path, "sampler")[1])
             except UserError as e:
                 raise APIError(400, str(e)) from None
-        prompt = _sample_prompt(srv, req)
+        prompt = sample_prompt(req, pool.context, srv.vocab)
         p = req.sampling_params
         if p.top_k not in (-1, 0):
             raise APIError(400, "top_k sampling is not supported by this server")
@@ -538,7 +438,7 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
         max_tokens = p.max_tokens if p.max_tokens is not None else min(256, room)
         if not 1 <= max_tokens <= room:
             raise APIError(400, f"max_tokens must be 1 to {room} for this prompt (context {pool.context})")  # fmt: skip
-        stops = _stop_strings(srv, p.stop)
+        stops = stop_strings(p.stop, pool.tokenizer, srv.vocab)
         seed = p.seed if p.seed is not None else int(uuid.uuid4().int % 2**31)
         reqs = [GenRequest(prompt, max_tokens, (seed + i) % 2**63, stops) for i in range(req.num_samples)]  # fmt: skip
         sampled = pool.submit(reqs, float(p.temperature), float(p.top_p), weights)
@@ -551,7 +451,7 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
             if result.done():
                 return
             try:
-                result.set_result(("proto", _sample_proto(sampled.result(), scored.result()[0] if scored else None)))  # fmt: skip
+                result.set_result(("proto", sample_proto(sampled.result(), scored.result()[0] if scored else None)))  # fmt: skip
             except Exception as e:  # noqa: BLE001 - reported to the client's future
                 result.set_exception(e)
 
@@ -585,48 +485,3 @@ def build_router(config: ServeConfig, pool: SamplerPool) -> tuple[APIRouter, Tin
         return JSONResponse(value)
 
     return r, srv
-
-
-def _sample_prompt(srv: TinkerServer, req: Any) -> list[int]:
-    from tinker import types
-
-    tokens: list[int] = []
-    for chunk in req.prompt.chunks:
-        if not isinstance(chunk, types.EncodedTextChunk):
-            raise APIError(400, f"{type(chunk).__name__} inputs are not supported by this server")
-        tokens += chunk.tokens
-    if not 1 <= len(tokens) < srv.pool.context:
-        raise APIError(400, f"the prompt has {len(tokens)} tokens; it must have 1 to {srv.pool.context - 1}")  # fmt: skip
-    if any(not 0 <= t < srv.vocab for t in tokens):
-        raise APIError(400, f"prompt token ids must lie in [0, {srv.vocab})")
-    return tokens
-
-
-def _stop_strings(srv: TinkerServer, stop: Any) -> tuple[str, ...]:
-    items = [stop] if isinstance(stop, (str, int)) else list(stop or [])
-    if len(items) > 16:
-        raise APIError(400, "at most 16 stop sequences")
-    out = []
-    for s in items:
-        if isinstance(s, int):  # a stop token: its text, as the engine checks decoded text
-            if not 0 <= s < srv.vocab:
-                raise APIError(400, f"stop token {s} is outside the vocabulary")
-            s = srv.pool.tokenizer.decode([s], skip_special_tokens=False)
-        if not isinstance(s, str) or not s or len(s) > 256:
-            raise APIError(400, "stop sequences must be non-empty strings (<= 256 characters) or token ids")  # fmt: skip
-        out.append(s)
-    return tuple(out)
-
-
-def _sample_proto(results: list[Any], prompt_lps: list[float] | None) -> bytes:
-    from tinker.proto import tinker_public_pb2 as pb
-
-    msg = pb.SampleResponse()
-    for res in results:
-        seq = msg.sequences.add()
-        seq.stop_reason = pb.STOP_REASON_LENGTH if res.finish_reason == "length" else pb.STOP_REASON_STOP  # fmt: skip
-        seq.tokens = np.asarray(res.token_ids, np.int32).tobytes()
-        seq.logprobs = np.asarray(res.logprobs, np.float32).tobytes()
-    if prompt_lps is not None:
-        msg.prompt_logprobs = np.asarray([np.nan, *prompt_lps[1:]], np.float32).tobytes()
-    return msg.SerializeToString()
