@@ -176,7 +176,7 @@ class TrainModel:
             if v.data_ptr() in seen:
                 continue
             seen.add(v.data_ptr())
-            tensors[k] = v.contiguous()
+            tensors[k] = v.detach().contiguous().cpu()  # safetensors writes host memory
         if self.learner.model.config.tie_word_embeddings:  # the loader ties it back
             tensors.pop("lm_head.weight", None)
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
