@@ -124,6 +124,7 @@ def train(
         print("--watch needs a terminal; training here with plain progress", file=sys.stderr)
         watch = False
     if watch:
+        progress.close_live()  # the spinner must not draw over the full-screen UI
         run.release()  # the background child takes the run
         stopping.uninstall()
         _train_in_background_and_watch(run, ray_address)
