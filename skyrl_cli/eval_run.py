@@ -219,11 +219,15 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     mode = "greedy" if temperature == 0 else f"temperature {temperature:g}"
     note(f"evaluating {len(tasks)} {cfg.env.name} tasks ({label}) x {opts.n_samples} ({mode})")
     start = time.time()
-    with EpisodeBar(n_episodes) as bar, ThreadPoolExecutor(cfg.rollout.env_workers) as pool:
+    from trainers.progress import StepProgress
+
+    bar = StepProgress(0).eval_bar(n_episodes, label)  # one live line with our ETA, as in training
+    with ThreadPoolExecutor(cfg.rollout.env_workers) as pool:
         report, trajs = evaluate(
             policy.generate_fn(temperature), make_env, policy.chat, tasks, budget, pool,
-            opts.seed, samples=opts.n_samples, on_done=bar.advance,
+            opts.seed, samples=opts.n_samples, on_done=bar,
         )  # fmt: skip
+    bar.done()
     step = ref.step or 0
     name = f"{label}-step-{step:06d}" + (f"-k{opts.n_samples}" if opts.n_samples > 1 else "")
     report.update(
@@ -325,49 +329,6 @@ def print_table(report: dict[str, Any], env: str, label: str) -> None:
 
 def note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-class EpisodeBar:
-    """A rich progress bar with ETA over episodes on a TTY; a plain line per batch elsewhere."""
-
-    def __init__(self, total: int) -> None:
-        from skyrl_cli.style import console
-
-        self.total, self.done, self.start = total, 0, time.time()
-        self.console = console(stderr=True)
-        self.bar: Any = None
-
-    def __enter__(self) -> EpisodeBar:
-        if self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )  # fmt: skip
-
-            self.bar = Progress(
-                TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), console=self.console,
-            )  # fmt: skip
-            self.task = self.bar.add_task("eval", total=self.total)
-            self.bar.start()
-        return self
-
-    def advance(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-            return
-        spent = time.time() - self.start
-        eta = spent / self.done * (self.total - self.done)
-        note(f"episodes {self.done}/{self.total} ({spent:.0f}s, ETA {eta:.0f}s)")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def _looks_local(path: Path) -> bool:

@@ -134,3 +134,9 @@ def test_the_template_trains_to_the_end_without_flags(tmp_path: Path, ray_addres
     status = _status(project / "runs")
     assert status["state"] == "finished" and status["step"] == status["max_steps"]
     assert took < 240, f"the template's first run took {took:.0f}s"
+
+
+def test_skyrl_eval_shows_episodes_and_an_eta(tmp_path: Path) -> None:
+    proc = skyrl("eval", "--env", "math", "--model", "tiny", "--limit", "4", cwd=tmp_path)
+    assert re.search(r"^eval dev 4/4 episodes \(\d+s, ETA 0m00s\)$", proc.stderr, re.M), proc.stderr
+    assert "\x1b" not in proc.stderr
