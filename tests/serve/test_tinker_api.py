@@ -6,6 +6,8 @@ import contextlib
 import http.client
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +20,7 @@ from tinker import types
 
 from tests.serve.conftest import Server, start_server
 
+BIN = Path(sys.executable).parent
 KEY = "tml-local-test"
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tinker_rl_loop.py"
 TEXT = "The answer is 42 and the question is old."
@@ -272,3 +275,38 @@ def test_hostile_bodies_get_4xx_and_the_server_keeps_training(server: Server) ->
         assert json.loads(r.read())["detail"]
     tc = service(server).create_lora_training_client(base_model="tiny", rank=2).result()
     assert tc.forward_backward([sft_datum(tc.get_tokenizer())], "cross_entropy").result().metrics
+
+
+def test_skyrl_eval_of_a_tinker_trained_checkpoint_matches_local_eval(server: Server, tmp_path: Path) -> None:  # fmt: skip
+    """A checkpoint trained through Tinker's API to answer 8 (it picks up the digit before the
+    tags); `skyrl eval` through the OpenAI API (model=tinker://...) and on its folder give
+    the same answers, greedy."""
+    tc = service(server).create_lora_training_client(base_model="tiny", rank=8, seed=5).result()
+    tok = tc.get_tokenizer()
+    data = []
+    for q in ("What is 3 + 5?", "How many shells does each friend get?", "Compute 64 / 8."):
+        prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)  # fmt: skip
+        p_ids = tok.encode(prompt, add_special_tokens=False)
+        ids = p_ids + tok.encode("<answer>8</answer><|im_end|>", add_special_tokens=False)
+        weights = [0.0] * (len(p_ids) - 1) + [1.0] * (len(ids) - len(p_ids))
+        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
+                                loss_fn_inputs={"target_tokens": ids[1:], "weights": weights}))  # fmt: skip
+    for _ in range(20):
+        tc.forward_backward(data, "cross_entropy")
+        tc.optim_step(types.AdamParams(learning_rate=3e-2)).result()
+    path = tc.save_weights_for_sampler("answers-8").result().path
+    folder = next((server.state_dir / "checkpoints").glob("*/sampler_weights/answers-8"))
+    env = {**os.environ, "HOME": str(tmp_path)}
+    base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "6", "--no-tracking"]
+    texts, reports = [], []
+    for name, model in [("local", str(folder)), ("remote", f"openai:{path}@{server.url}/v1")]:
+        out = subprocess.run([*base, "--model", model, "--output", str(tmp_path / name)],
+                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        reports.append(json.loads((tmp_path / name / "report.json").read_text()))
+        rows = [json.loads(x) for x in (tmp_path / name / "results.jsonl").read_text().splitlines()]
+        texts.append([[t["text"] for t in r["turns"] if t["role"] == "assistant"] for r in rows])
+    assert texts[0] == texts[1]
+    assert sum("8" in t[0] for t in texts[0]) >= 4, texts[0]  # not the base model's blank lines
+    assert (reports[0]["accuracy"], reports[0]["mean_reward"]) == (reports[1]["accuracy"], reports[1]["mean_reward"])  # fmt: skip
+    print("eval through tinker:// checkpoint:", reports[0]["accuracy"], texts[0])
