@@ -25,6 +25,7 @@ import gymnasium as gym
 from agents.chat import ChatFormat
 from agents.engine import GenRequest, GenResult
 from agents.trajectory import Trajectory, Turn
+from environments.contract import Extras
 from tasks.task import Task
 
 GenerateFn = Callable[[list[GenRequest]], list[GenResult]]
@@ -79,7 +80,7 @@ def run_episodes(
                     prompt_ids=list(e.traj.token_ids),
                     max_new_tokens=max(1, min(budget.max_new_tokens, room)),
                     seed=episode_seed(e.seed, turn),
-                    stop=tuple(getattr(e.env.unwrapped, "stop_strings", ())),
+                    stop=Extras.of(e.env).stop_strings,
                 )
             )
             e.traj.turn_limits.append(requests[-1].max_new_tokens)
@@ -108,7 +109,7 @@ def _start(
     try:
         env = make_env()
         obs, info = env.reset(seed=seed % 2**31, options={"task": task})
-        system = getattr(env.unwrapped, "system_prompt", None)
+        system = Extras.of(env).system_prompt
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": obs}
         ]
@@ -133,7 +134,7 @@ def demonstration(
     environment cannot write one (it has no `demonstration`, or returns None)."""
     e = _start(make_env, chat, task, 0, seed)
     try:
-        write = getattr(e.env.unwrapped, "demonstration", None) if e.env is not None else None
+        write = Extras.of(e.env).demonstration if e.env is not None else None
         if e.done or write is None or (text := write(task)) is None:
             return None
         _add_prefix(chat, e)
@@ -150,7 +151,7 @@ def _add_prefix(chat: ChatFormat, e: _Episode) -> None:
 
     Those tokens are the environment's (mask 0); the action the environment sees is the
     prefix plus what the model wrote."""
-    prefix = getattr(e.env.unwrapped, "response_prefix", "")
+    prefix = Extras.of(e.env).response_prefix
     if prefix:
         ids = chat.tokenizer(prefix, add_special_tokens=False)["input_ids"]
         e.traj.token_ids.extend(ids)
@@ -168,7 +169,7 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     traj.turn_tokens.append(len(res.token_ids))
     traj.num_turns += 1
     traj.cut_off = traj.cut_off or res.finish_reason == "length"
-    text = getattr(e.env.unwrapped, "response_prefix", "") + chat.tokenizer.decode(
+    text = Extras.of(e.env).response_prefix + chat.tokenizer.decode(
         res.token_ids, skip_special_tokens=True
     )
     traj.turns.append(Turn("assistant", text))

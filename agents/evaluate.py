@@ -13,6 +13,7 @@ import gymnasium as gym
 from agents.agent_loop import Budget, GenerateFn, episode_seed, run_episodes
 from agents.chat import ChatFormat
 from agents.trajectory import Trajectory
+from environments.contract import Extras
 from tasks.task import Task
 
 
@@ -116,7 +117,7 @@ def report_keys(make_env: Callable[[], gym.Env]) -> tuple[str, ...]:
     `report_by` (none declared, none shown: a task's `word` or id makes no useful row)."""
     env = make_env()
     try:
-        return tuple(getattr(env.unwrapped, "report_by", ()))
+        return Extras.of(env).report_by
     finally:
         env.close()
 

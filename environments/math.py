@@ -13,7 +13,6 @@ Gymnasium's `check_env` rejects an environment that truncates after one step.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from fractions import Fraction
@@ -21,7 +20,18 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.spaces import TextSpace, action_text
+from environments.spaces import TextSpace
+from environments.text_env import (
+    Step,
+    Tags,
+    episode_task,
+    last_message,
+    next_turn,
+    tag_demonstration,
+    tag_step,
+    train_suite,
+    verdict,
+)
 from tasks.task import Task
 
 MAX_ACTION_CHARS = 100_000
@@ -30,7 +40,6 @@ TOLERANCE = 1e-6
 """Absolute and relative tolerance of `numeric_match`."""
 FORMAT_HINT = "Answer with <answer>NUMBER</answer>."
 
-_ANY_TAG = re.compile(r"</?answer>")
 # the exponent is capped at 3 digits: Fraction("1e999999999") would build a huge integer
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
@@ -71,35 +80,18 @@ def numeric_match(pred: str, gold: Any) -> bool:
     return diff <= TOLERANCE or diff <= TOLERANCE * abs(g)
 
 
+TAGS = Tags("answer")
+
+
 def parse_answer(text: str) -> str:
     """The body of the first `<answer>` tag; ValueError (the observation's text) if malformed."""
-    start = text.find("<answer>")
-    if start < 0:
-        raise ValueError("no <answer> tag found")
-    start += len("<answer>")
-    end = text.find("</answer>", start)
-    if end < 0:
-        raise ValueError("<answer> is not closed with </answer>")
-    body = text[start:end]
-    if _ANY_TAG.search(body):
-        raise ValueError("<answer> contains another tag; tags cannot be nested")
-    if not body.strip():
-        raise ValueError("<answer></answer> is empty")
-    return body.strip()
-
-
-@functools.lru_cache(maxsize=1)
-def _train_suite() -> list[Task]:
-    from tasks.math import load_suite
-
-    return load_suite("train")
+    return TAGS.parse(text)[1]
 
 
 class MathEnv(gym.Env):
     """One question, one number: `<answer>NUMBER</answer>` ends the episode."""
 
-    metadata = {"render_modes": []}
-    stop_strings = ("</answer>",)
+    stop_strings = TAGS.stop_strings
     report_by = ("difficulty",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(self, max_turns: int = 1, format_penalty: float = 0.1, **kwargs: Any) -> None:
@@ -117,40 +109,27 @@ class MathEnv(gym.Env):
     ) -> tuple[str, dict[str, Any]]:
         """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            suite = _train_suite()
-            task = suite[int(self.np_random.integers(len(suite)))]
+        task = episode_task(self, options, lambda: train_suite("math"))
         self._task, self._turns_left = task, self.max_turns
-        question = task.prompt if isinstance(task.prompt, str) else task.prompt[-1]["content"]
-        observation = f"{question}\n{FORMAT_HINT}"[:MAX_OBSERVATION_CHARS]
+        observation = f"{last_message(task)}\n{FORMAT_HINT}"[:MAX_OBSERVATION_CHARS]
         return observation, {"turns_left": self._turns_left, "error": None, "task_id": task.id}
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._task is None:
-            error = "the episode is over; call reset() to start a new one"
-            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
-        self._turns_left -= 1
-        try:
-            action = action_text(action, MAX_ACTION_CHARS)
-            answer = parse_answer(action)
-        except ValueError as e:
-            return self._format_error(str(e))
-        correct = numeric_match(answer, self._task.answer)
+    @tag_step(parse_answer, FORMAT_HINT, MAX_ACTION_CHARS)
+    def step(self, action: str) -> Step:
+        assert self._task is not None
+        correct = numeric_match(action, self._task.answer)
         self._task = None
-        info = {"turns_left": self._turns_left, "error": None, "correct": correct}
-        return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
+        return verdict(correct, self._turns_left)
 
     def demonstration(self, task: Task) -> str | None:
         """What a model turn that answers `task` correctly writes (supervised warm-up)."""
-        return None if task.answer is None else f"<answer>{task.answer}</answer>"
+        return tag_demonstration("answer", task.answer)
 
-    def _format_error(self, error: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        left = self._turns_left
-        if left > 0:
-            observation = f"Error: {error}. {FORMAT_HINT}\nTurns left: {left}"
-            return observation, 0.0, False, False, {"turns_left": left, "error": error}
+    def _next_turn(self, body: str, error: str | None) -> Step:
+        """A malformed answer: another try while turns are left, else the format penalty
+        (terminated: see the module's docstring)."""
+        if self._turns_left > 0:
+            return next_turn(body, error, self._turns_left, "")
         self._task = None
-        observation = f"Error: {error}. No turns left."
         info = {"turns_left": 0, "error": error, "correct": False}
-        return observation, -float(self.format_penalty), True, False, info
+        return f"Error: {error}. No turns left.", -float(self.format_penalty), True, False, info

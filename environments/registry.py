@@ -35,50 +35,26 @@ class EnvSpec:
     """`module:function(split) -> list[Task]` returning bundled tasks, if any."""
 
 
-BUILTINS: dict[str, EnvSpec] = {
-    "sql": EnvSpec(
-        name="sql",
-        entry="environments.sql:SQLEnv",
-        grammar="<sql>query</sql> runs a read-only query; <solution>query</solution> answers",
-        gym_id="skyrl/SQL-v0",
-        suite="tasks.sql:load_suite",
-    ),
-    "search": EnvSpec(
-        name="search",
-        entry="environments.search:SearchEnv",
-        grammar="<search>query</search> shows the top-k passages; <answer>text</answer> answers",
-        gym_id="skyrl/Search-v0",
-        suite="tasks.search:load_suite",
-    ),
-    "python": EnvSpec(
-        name="python",
-        entry="environments.python:PythonEnv",
-        grammar="<python>code</python> runs in a sandboxed persistent REPL; <answer>…</answer> answers",
-        gym_id="skyrl/Python-v0",
-        suite="tasks.python_tasks:load_suite",
-    ),
-    "shell": EnvSpec(
-        name="shell",
-        entry="environments.shell:ShellEnv",
-        grammar="<bash>command</bash> runs in a sandboxed persistent shell; <submit/> runs the task's tests",
-        gym_id="skyrl/Shell-v0",
-        suite="tasks.harbor:load_suite",
-    ),
-    "swe": EnvSpec(
-        name="swe",
-        entry="environments.swe:SWEEnv",
-        grammar="<bash>command</bash> runs in the checked-out repo; <submit/> grades its git diff",
-        gym_id="skyrl/SWE-v0",
-        suite="environments.swe:load_suite",
-    ),
-    "math": EnvSpec(
-        name="math",
-        entry="environments.math:MathEnv",
-        grammar="<answer>number</answer> answers",
-        gym_id="skyrl/Math-v0",
-        suite="tasks.math:load_suite",
-    ),
+_GRAMMARS = {
+    "sql": "<sql>query</sql> runs a read-only query; <solution>query</solution> answers",
+    "search": "<search>query</search> shows the top-k passages; <answer>text</answer> answers",
+    "python": "<python>code</python> runs in a sandboxed persistent REPL; <answer>…</answer> answers",
+    "shell": "<bash>command</bash> runs in a sandboxed persistent shell; <submit/> runs the task's tests",
+    "swe": "<bash>command</bash> runs in the checked-out repo; <submit/> grades its git diff",
+    "math": "<answer>number</answer> answers",
 }
+BUILTINS: dict[str, EnvSpec] = {
+    name: EnvSpec(name, f"environments.{entry}", _GRAMMARS[name], f"skyrl/{gym_id}-v0", suite)
+    for name, entry, gym_id, suite in [
+        ("sql", "sql:SQLEnv", "SQL", "tasks.sql:load_suite"),
+        ("search", "search:SearchEnv", "Search", "tasks.search:load_suite"),
+        ("python", "python:PythonEnv", "Python", "tasks.python_tasks:load_suite"),
+        ("shell", "shell:ShellEnv", "Shell", "tasks.harbor:load_suite"),
+        ("swe", "swe:SWEEnv", "SWE", "environments.swe:load_suite"),
+        ("math", "math:MathEnv", "Math", "tasks.math:load_suite"),
+    ]
+}
+"""The built-ins: name, `module:Class`, action grammar, Gymnasium id, bundled suite."""
 
 
 def _register_gym_ids() -> None:

@@ -13,12 +13,14 @@ level 1 where only 200 distinct questions exist. No question repeats within a su
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import random
 from collections.abc import Callable, Iterable
+from typing import Any
 
+from tasks.generated import generate_tasks, split_of, suite_loader
 from tasks.task import Task
+
+__all__ = ["LEVELS", "SPLITS", "generate", "load_suite", "split_of"]
 
 SPLITS = {"train": (2000, 1001), "dev": (200, 2002), "test": (200, 3003)}
 """split -> (number of tasks, generator seed)."""
@@ -96,12 +98,6 @@ def _level4(rng: random.Random) -> tuple[str, Number]:
 _GENERATORS = {1: _level1, 2: _level2, 3: _level3, 4: _level4}
 
 
-def split_of(question: str) -> str:
-    """The one split a question belongs to, from a stable hash of its text."""
-    bucket = hashlib.sha256(question.encode()).digest()[0] % 10
-    return "test" if bucket == 0 else "dev" if bucket == 1 else "train"
-
-
 def generate(
     n: int, seed: int, levels: Iterable[int] = LEVELS, *, split: str | None = None
 ) -> list[Task]:
@@ -115,44 +111,13 @@ def generate(
     unknown = [lv for lv in levels if lv not in _GENERATORS]
     if not levels or unknown:
         raise ValueError(f"unknown math level(s) {unknown or levels}; known: 1, 2, 3, 4")
-    rng = random.Random(seed)
-    prefix = f"math-{split}" if split else f"math-s{seed}"
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    for _ in range(200 * n + 1000):
-        if len(tasks) == n:
-            break
+
+    def draw(rng: random.Random) -> tuple[str, Number, dict[str, Any]]:
         level = rng.choice(levels)
         question, answer = _GENERATORS[level](rng)
-        if question in seen or (split is not None and split_of(question) != split):
-            continue
-        seen.add(question)
-        tasks.append(
-            Task(
-                id=f"{prefix}-{len(tasks):05d}",
-                env="math",
-                prompt=question,
-                answer=answer,
-                split=split,
-                metadata={"difficulty": level},
-            )
-        )
-    if len(tasks) < n:
-        raise ValueError(
-            f"levels {levels} hold only {len(tasks)} distinct questions, asked for {n}"
-        )
-    return tasks
+        return question, answer, {"difficulty": level}
+
+    return generate_tasks("math", n, seed, draw, split=split, what=f"levels {levels}")
 
 
-@functools.cache
-def _suite(split: str) -> tuple[Task, ...]:
-    n, seed = SPLITS[split]
-    return tuple(generate(n, seed, split=split))
-
-
-def load_suite(split: str | None = "train") -> list[Task]:
-    """The bundled suite of a split (`train`, `dev`, `test`); the same on every machine."""
-    split = split or "train"
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return list(_suite(split))
+load_suite = suite_loader(SPLITS, generate)

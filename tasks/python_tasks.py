@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import itertools
 import math
 import random
 from collections.abc import Callable
 
+from tasks.generated import generate_tasks, split_of, suite_loader
 from tasks.task import Task
+
+__all__ = ["GENERATORS", "SPLITS", "generate", "load_suite", "split_of"]
 
 SPLITS = {"train": (1000, 4001), "dev": (100, 4002), "test": (100, 4003)}
 """split -> (number of tasks, generator seed)."""
@@ -209,47 +211,16 @@ GENERATORS: dict[str, Callable[[random.Random], Problem]] = {
 """Problem kind -> generator."""
 
 
-def split_of(question: str) -> str:
-    """The one split a question belongs to, from a stable hash of its text."""
-    bucket = hashlib.sha256(question.encode()).digest()[0] % 10
-    return "test" if bucket == 0 else "dev" if bucket == 1 else "train"
-
-
 def generate(n: int, seed: int, *, split: str | None = None) -> list[Task]:
     """`n` distinct problems of kinds drawn uniformly; with `split`, only that split's."""
-    rng = random.Random(seed)
-    prefix = f"python-{split}" if split else f"python-s{seed}"
     kinds = sorted(GENERATORS)
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    while len(tasks) < n:
+
+    def draw(rng: random.Random) -> tuple[str, int | str, dict[str, str]]:
         kind = rng.choice(kinds)
         question, answer, grader = GENERATORS[kind](rng)
-        if question in seen or (split is not None and split_of(question) != split):
-            continue
-        seen.add(question)
-        tasks.append(
-            Task(
-                id=f"{prefix}-{len(tasks):05d}",
-                env="python",
-                prompt=question,
-                answer=answer,
-                split=split,
-                metadata={"grader": grader, "kind": kind},
-            )
-        )
-    return tasks
+        return question, answer, {"grader": grader, "kind": kind}
+
+    return generate_tasks("python", n, seed, draw, split=split, what="the generators")
 
 
-@functools.cache
-def _suite(split: str) -> tuple[Task, ...]:
-    n, seed = SPLITS[split]
-    return tuple(generate(n, seed, split=split))
-
-
-def load_suite(split: str | None = "train") -> list[Task]:
-    """The bundled suite of a split (`train`, `dev`, `test`); the same on every machine."""
-    split = split or "train"
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return list(_suite(split))
+load_suite = suite_loader(SPLITS, generate)

@@ -1,0 +1,56 @@
+"""The shared scaffold of the built-in text environments (`environments.text_env`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from environments.spaces import ActionError
+from environments.text_env import Tags
+
+
+def test_import_environments_alone_registers_the_builtins():
+    """The README's promise: `import environments`, then gymnasium.make works."""
+    code = (
+        "import gymnasium, environments\n"
+        "env = gymnasium.make('skyrl/SQL-v0')\n"
+        "print(type(env.unwrapped).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "SQLEnv"
+
+
+@pytest.mark.parametrize("name", ["math"])
+def test_reset_takes_a_task_file_row_as_a_task(name):
+    from environments.registry import BUILTINS, bundled_tasks, make_env
+
+    task = bundled_tasks(BUILTINS[name], "dev")[0]
+    env = make_env(BUILTINS[name])
+    try:
+        from_task = env.reset(seed=0, options={"task": task})
+        from_row = env.reset(seed=0, options={"task": json.loads(task.to_json())})
+        assert from_row == from_task
+        with pytest.raises(ValueError, match="missing the field"):
+            env.reset(options={"task": {"id": "x", "env": name}})
+    finally:
+        env.close()
+
+
+def test_tags_follow_the_first_tag_rule():
+    tags = Tags("bash", "submit/")
+    assert tags.stop_strings == ("</bash>", "<submit/>")
+    assert tags.parse("think <bash> ls </bash> <submit/>") == ("bash", "ls")
+    assert tags.parse("x <bash> ls </bash>", strip=False) == ("bash", " ls ")
+    assert tags.parse("done: <submit/> <bash>rm</bash>") == ("submit", "")
+    for text, error in [
+        ("nothing", "no <bash> or <submit/> tag found"),
+        ("<bash>ls", "<bash> is not closed with </bash>"),
+        ("<bash>a <submit/></bash>", "<bash> contains another tag"),
+        ("<bash><bash>a</bash>", "<bash> contains another tag"),
+        ("<bash>  </bash>", "<bash></bash> is empty"),
+    ]:
+        with pytest.raises(ActionError, match=error):
+            tags.parse(text)
