@@ -29,7 +29,6 @@ says the variables were lost.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import re
 import shutil
@@ -41,7 +40,18 @@ import gymnasium as gym
 from environments.math import numeric_match
 from environments.python_repl import PythonRepl, ReplReply
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import ActionError, TextSpace, action_text
+from environments.spaces import ActionError, TextSpace
+from environments.text_env import (
+    Step,
+    Tags,
+    episode_task,
+    last_message,
+    next_turn,
+    out_of_turns,
+    tag_step,
+    train_suite,
+    verdict,
+)
 from tasks.task import Task
 
 __all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
@@ -52,25 +62,13 @@ MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to answer."
 
-_ANY_TAG = re.compile(r"</?(?:python|answer)>")
-_OPEN_TAG = re.compile(r"<(python|answer)>")
+TAGS = Tags("python", "answer")
 _FENCE = re.compile(r"\A\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 
 
 def parse_action(text: str) -> tuple[str, str]:
     """Return (tag, body) of the first `<python>` / `<answer>` tag; ActionError if malformed."""
-    opening = _OPEN_TAG.search(text)
-    if opening is None:
-        raise ActionError("no <python> or <answer> tag found")
-    tag = opening.group(1)
-    end = text.find(f"</{tag}>", opening.end())
-    if end < 0:
-        raise ActionError(f"<{tag}> is not closed with </{tag}>")
-    body = text[opening.end() : end]
-    if _ANY_TAG.search(body):
-        raise ActionError(f"<{tag}> contains another tag; tags cannot be nested")
-    if not body.strip():
-        raise ActionError(f"<{tag}></{tag}> is empty")
+    tag, body = TAGS.parse(text, strip=False)
     if tag == "python":
         fence = _FENCE.match(body)
         return tag, textwrap.dedent(fence.group(1) if fence else body).strip("\n")
@@ -117,18 +115,10 @@ def default_python() -> str:
     return shutil.which("python3") or "python3"
 
 
-@functools.lru_cache(maxsize=1)
-def _train_suite() -> list[Task]:
-    from tasks.python_tasks import load_suite
-
-    return load_suite("train")
-
-
 class PythonEnv(gym.Env):
     """Work out an answer with a sandboxed Python REPL, then submit it in `<answer>`."""
 
-    metadata = {"render_modes": []}
-    stop_strings = ("</python>", "</answer>")
+    stop_strings = TAGS.stop_strings
     report_by = ("kind",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
@@ -173,15 +163,11 @@ class PythonEnv(gym.Env):
         """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
         super().reset(seed=seed)
         self._close_sandbox()
-        task = (options or {}).get("task")
-        if task is None:
-            suite = _train_suite()
-            task = suite[int(self.np_random.integers(len(suite)))]
+        task = episode_task(self, options, lambda: train_suite("python"))
         grade("0", task)  # an unknown grader fails here, not in step()
         self._task, self._turns_left = task, self.max_turns
-        question = task.prompt if isinstance(task.prompt, str) else task.prompt[-1]["content"]
         observation = (
-            f"{question}\n"
+            f"{last_message(task)}\n"
             "You can run Python: <python>print(2 + 2)</python> runs code in a persistent "
             "session (variables survive between turns, the value of a last expression is "
             f"shown; no network, {self.limits.timeout_s:g} s per run). Reply with the final "
@@ -190,16 +176,9 @@ class PythonEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return _clip(_clean(observation), MAX_OBSERVATION_CHARS), info
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._task is None:
-            error = "the episode is over; call reset() to start a new one"
-            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
-        self._turns_left -= 1
-        try:
-            action = action_text(action, MAX_ACTION_CHARS)
-            tag, body = parse_action(_clean(action))
-        except ActionError as e:
-            return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))
+    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
+    def step(self, action: tuple[str, str]) -> Step:
+        tag, body = action
         if tag == "answer":
             return self._grade(body)
         return self._next_turn(*self._run(body))
@@ -234,28 +213,21 @@ class PythonEnv(gym.Env):
         summary = error.strip().splitlines()[-1] if error and error.strip() else None
         return text, summary
 
-    def _next_turn(
-        self, body: str, error: str | None
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _next_turn(self, body: str, error: str | None) -> Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
-        left = self._turns_left
         body = _clip(body, self.max_obs_chars)
-        if left <= 0:
-            self._task = None
-            self._close_sandbox()
-            footer = "\nTurns left: 0. The episode ended without an <answer>."
-            info = {"turns_left": 0, "error": error, "correct": False}
-            return body + footer, -float(self.format_penalty), False, True, info
-        footer = f"\nTurns left: {left}" + (" (use it for <answer>)" if left == 1 else "")
-        return body + footer, 0.0, False, False, {"turns_left": left, "error": error}
+        if self._turns_left > 0:
+            return next_turn(body, error, self._turns_left, "use it for <answer>")
+        self._task = None
+        self._close_sandbox()
+        return out_of_turns(body, error, self.format_penalty, "an <answer>")
 
-    def _grade(self, answer: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _grade(self, answer: str) -> Step:
         assert self._task is not None
         correct = grade(answer, self._task)
         self._task = None
         self._close_sandbox()
-        info = {"turns_left": self._turns_left, "error": None, "correct": correct}
-        return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
+        return verdict(correct, self._turns_left)
 
     @property
     def sandbox(self) -> Sandbox | None:
