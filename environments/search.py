@@ -25,7 +25,6 @@ Running out of turns without an answer truncates with reward `-format_penalty`.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import sqlite3
@@ -40,7 +39,19 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.spaces import ActionError, TextSpace
+from environments.spaces import ActionError as ActionError  # re-exported: parse_action raises it
+from environments.spaces import TextSpace
+from environments.text_env import (
+    Step,
+    Tags,
+    episode_task,
+    next_turn,
+    out_of_turns,
+    tag_step,
+    train_suite,
+    user_text,
+    verdict,
+)
 from tasks.task import Task
 
 MAX_ACTION_CHARS = 100_000
@@ -53,8 +64,7 @@ GRAMMAR = "Use <search>keywords</search> to search or <answer>short answer</answ
 TITLE_WEIGHT = 2.0
 """bm25 weight of the title column relative to the text column."""
 
-_ANY_TAG = re.compile(r"</?(?:search|answer)>")
-_OPEN_TAG = re.compile(r"<(search|answer)>")
+TAGS = Tags("search", "answer")
 _TERM = re.compile(r"[^\W_]+")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -115,19 +125,7 @@ def token_f1(prediction: str, answers: Sequence[str]) -> float:
 
 def parse_action(text: str) -> tuple[str, str]:
     """Return (tag, body) of the first `<search>` / `<answer>` tag; ActionError if malformed."""
-    opening = _OPEN_TAG.search(text)
-    if opening is None:
-        raise ActionError("no <search> or <answer> tag found")
-    tag = opening.group(1)
-    end = text.find(f"</{tag}>", opening.end())
-    if end < 0:
-        raise ActionError(f"<{tag}> is not closed with </{tag}>")
-    body = text[opening.end() : end]
-    if _ANY_TAG.search(body):
-        raise ActionError(f"<{tag}> contains another tag; tags cannot be nested")
-    if not body.strip():
-        raise ActionError(f"<{tag}></{tag}> is empty")
-    return tag, body.strip()
+    return TAGS.parse(text)
 
 
 def fts_query(text: str) -> str | None:
@@ -221,17 +219,6 @@ def format_hits(hits: Sequence[Hit], max_passage_chars: int) -> str:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _as_text(action: Any) -> str | None:
-    """The action as clean text: bytes decoded, lone surrogates replaced; None if not text."""
-    if isinstance(action, bytes | bytearray):
-        action = bytes(action).decode("utf-8", "replace")
-    if not isinstance(action, str):
-        return None
-    if len(action) > MAX_ACTION_CHARS:
-        return action
-    return action.encode("utf-8", "replace").decode("utf-8")
-
-
 def _clean(text: str) -> str:
     """Text safe to log and tokenize: lone surrogates (from JSON escapes) replaced."""
     return text.encode("utf-8", "replace").decode("utf-8")
@@ -247,19 +234,6 @@ def _answers(task: Task) -> list[str]:
     return answers
 
 
-def _question(task: Task) -> str:
-    if isinstance(task.prompt, str):
-        return task.prompt
-    return "\n".join(m.get("content", "") for m in task.prompt if m.get("role") == "user")
-
-
-@functools.lru_cache(maxsize=1)
-def _train_suite() -> list[Task]:
-    from tasks.search import load_suite
-
-    return load_suite("train")
-
-
 def _bundled_index() -> Path:
     from tasks.search import index_path
 
@@ -272,8 +246,7 @@ def _bundled_index() -> Path:
 class SearchEnv(gym.Env):
     """Search a passage index for evidence, then answer in a few words."""
 
-    metadata = {"render_modes": []}
-    stop_strings = ("</search>", "</answer>")
+    stop_strings = TAGS.stop_strings
     report_by = ("hops", "difficulty")  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
@@ -328,10 +301,7 @@ class SearchEnv(gym.Env):
         A broken task (no accepted answer, a missing index) raises ValueError here, so
         that `step` never has to."""
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            suite = _train_suite()
-            task = suite[int(self.np_random.integers(len(suite)))]
+        task = episode_task(self, options, lambda: train_suite("search"))
         self._answers = _answers(task)
         if self.retriever_url is None:
             index = self.index or task.metadata.get("index")
@@ -342,7 +312,7 @@ class SearchEnv(gym.Env):
         self._task, self._turns_left = task, self.max_turns
         observation = (
             "Answer the question using a search engine over a knowledge base.\n"
-            f"Question: {_question(task)}\n"
+            f"Question: {user_text(task)}\n"
             f"Send <search>keywords</search> to see the top {self.top_k} passages, and reply "
             "with a short answer inside <answer></answer>, e.g. <answer>Paris</answer>. "
             f"Turns left: {self._turns_left}"
@@ -350,22 +320,9 @@ class SearchEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return observation[:MAX_OBSERVATION_CHARS], info
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._task is None:
-            error = "the episode is over; call reset() to start a new one"
-            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
-        self._turns_left -= 1
-        text = _as_text(action)
-        try:
-            if text is None:
-                raise ActionError(f"the action must be text, not {type(action).__name__}")
-            if len(text) > MAX_ACTION_CHARS:
-                raise ActionError(
-                    f"the action is {len(text)} characters; the limit is {MAX_ACTION_CHARS}"
-                )
-            tag, body = parse_action(text)
-        except ActionError as e:
-            return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))
+    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
+    def step(self, action: tuple[str, str]) -> Step:
+        tag, body = action
         if tag == "answer":
             return self._grade(body)
         try:
@@ -384,26 +341,18 @@ class SearchEnv(gym.Env):
             raise SearchError("no index is open; call reset() first")
         return search_index(self._conn, query, self.top_k)
 
-    def _next_turn(
-        self, body: str, error: str | None
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _next_turn(self, body: str, error: str | None) -> Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
-        left = self._turns_left
-        if left <= 0:
-            self._task = None
-            footer = "\nTurns left: 0. The episode ended without an <answer>."
-            info = {"turns_left": 0, "error": error, "correct": False}
-            return body + footer, -float(self.format_penalty), False, True, info
-        footer = f"\nTurns left: {left}" + (" (use it for <answer>)" if left == 1 else "")
-        return body + footer, 0.0, False, False, {"turns_left": left, "error": error}
+        if self._turns_left > 0:
+            return next_turn(body, error, self._turns_left, "use it for <answer>")
+        self._task = None
+        return out_of_turns(body, error, self.format_penalty, "an <answer>")
 
-    def _grade(self, prediction: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _grade(self, prediction: str) -> Step:
         self._task = None
         em, f1 = exact_match(prediction, self._answers), token_f1(prediction, self._answers)
-        info = {"turns_left": self._turns_left, "error": None, "correct": em == 1.0, "em": em}
-        info["f1"] = f1
         reward = em if self.reward_kind == "em" else f1
-        return ("Correct." if em == 1.0 else "Incorrect."), reward, True, False, info
+        return verdict(em == 1.0, self._turns_left, reward, em=em, f1=f1)
 
     def close(self) -> None:
         for conn in self._connections.values():
