@@ -50,6 +50,17 @@ from environments.sql_grade import (
     remove_distinct,
 )
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
+from environments.text_env import (
+    Step,
+    Tags,
+    episode_task,
+    next_turn,
+    out_of_turns,
+    tag_demonstration,
+    tag_step,
+    train_suite,
+    user_text,
+)
 from tasks.task import Task
 
 __all__ = [
@@ -83,8 +94,7 @@ GOLD_TIME_FACTOR = 10
 MAX_CELL_CHARS = 80
 GRAMMAR = "Use <sql>SELECT ...</sql> to run a query or <solution>SELECT ...</solution> to answer."
 
-_ANY_TAG = re.compile(r"</?(?:sql|solution)>")
-_OPEN_TAG = re.compile(r"<(sql|solution)>")
+TAGS = Tags("sql", "solution")
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -92,19 +102,7 @@ _OPEN_TAG = re.compile(r"<(sql|solution)>")
 
 def parse_action(text: str) -> tuple[str, str]:
     """Return (tag, body) of the first `<sql>` / `<solution>` tag; ActionError if malformed."""
-    opening = _OPEN_TAG.search(text)
-    if opening is None:
-        raise ActionError("no <sql> or <solution> tag found")
-    tag = opening.group(1)
-    end = text.find(f"</{tag}>", opening.end())
-    if end < 0:
-        raise ActionError(f"<{tag}> is not closed with </{tag}>")
-    body = text[opening.end() : end]
-    if _ANY_TAG.search(body):
-        raise ActionError(f"<{tag}> contains another tag; tags cannot be nested")
-    if not body.strip():
-        raise ActionError(f"<{tag}></{tag}> is empty")
-    return tag, body.strip()
+    return TAGS.parse(text)
 
 
 # ---------------------------------------------------------------------------- grading
@@ -207,17 +205,6 @@ def format_table(
     else:
         lines.append(f"({n} row{'s' * (n != 1)})")
     return "\n".join(lines)
-
-
-def _as_text(action: Any) -> str | None:
-    """The action as clean text: bytes decoded, lone surrogates replaced; None if not text."""
-    if isinstance(action, bytes | bytearray):
-        action = bytes(action).decode("utf-8", "replace")
-    if not isinstance(action, str):
-        return None
-    if len(action) > MAX_ACTION_CHARS:
-        return action
-    return action.encode("utf-8", "replace").decode("utf-8")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -392,19 +379,6 @@ def gold_sql(task: Task, target: Target) -> str:
     return out[0]
 
 
-@functools.lru_cache(maxsize=1)
-def _train_suite() -> list[Task]:
-    from tasks import sql as sql_tasks
-
-    return sql_tasks.load_suite("train")
-
-
-def _question(task: Task) -> str:
-    if isinstance(task.prompt, str):
-        return task.prompt
-    return "\n".join(m.get("content", "") for m in task.prompt if m.get("role") == "user")
-
-
 # ---------------------------------------------------------------------------- environment
 
 
@@ -412,8 +386,7 @@ class SQLEnv(gym.Env):
     """Explore a database (SQLite, DuckDB or PostgreSQL) with read-only queries, then submit
     one as the answer."""
 
-    metadata = {"render_modes": []}
-    stop_strings = ("</sql>", "</solution>")
+    stop_strings = TAGS.stop_strings
     # metadata keys evaluation reports break accuracy down by
     report_by = ("database", "difficulty")
 
@@ -500,10 +473,7 @@ class SQLEnv(gym.Env):
         that `step` never has to.
         """
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            suite = _train_suite()
-            task = suite[int(self.np_random.integers(len(suite)))]
+        task = episode_task(self, options, lambda: train_suite("sql"))
         database = task.metadata.get("database") or self.database
         if not database:
             raise ValueError(
@@ -530,7 +500,7 @@ class SQLEnv(gym.Env):
         # Small models copy the example: it shows the answer tag, the thing they must learn.
         observation = (
             f"Tables:\n{schema}\n"
-            f"Question: {_question(task)}\n"
+            f"Question: {user_text(task)}\n"
             f"Reply with one {target.label} query inside <solution></solution>, e.g. "
             f"<solution>SELECT COUNT(*) FROM {first_table}</solution>. To look at the data first, "
             f"send <sql>query</sql> (shows up to {self.max_rows} rows). Turns left: {self._turns_left}"
@@ -538,22 +508,10 @@ class SQLEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return _clip(observation, MAX_OBSERVATION_CHARS), info
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._task is None or self._db is None:
-            error = "the episode is over; call reset() to start a new one"
-            return f"Error: {error}.", 0.0, True, False, {"turns_left": 0, "error": error}
-        self._turns_left -= 1
-        text = _as_text(action)
-        try:
-            if text is None:
-                raise ActionError(f"the action must be text, not {type(action).__name__}")
-            if len(text) > MAX_ACTION_CHARS:
-                raise ActionError(
-                    f"the action is {len(text)} characters; the limit is {MAX_ACTION_CHARS}"
-                )
-            tag, query = parse_action(text)
-        except ActionError as e:
-            return self._next_turn(f"Error: {e}. {GRAMMAR}", str(e))
+    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
+    def step(self, action: tuple[str, str]) -> Step:
+        tag, query = action
+        assert self._db is not None
         if tag == "solution":
             return self._grade(query)
         try:
@@ -571,37 +529,17 @@ class SQLEnv(gym.Env):
         database = task.metadata.get("database") or self.database
         if database:
             answer = gold_sql(task, resolve_target(str(database), self.dsn))
-        text = f"<solution>{answer}</solution>"
-        if not text.startswith(self.response_prefix):
-            return None
-        return text[len(self.response_prefix) :]
+        return tag_demonstration("solution", answer, self.response_prefix)
 
-    def _next_turn(
-        self, body: str, error: str | None
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _next_turn(self, body: str, error: str | None) -> Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
-        left = self._turns_left
-        if left <= 0:
-            self._task = None
-            footer = "\nTurns left: 0. The episode ended without a <solution>."
-            info = {"turns_left": 0, "error": error, "correct": False}
-            return (
-                _clip(body, self.max_obs_chars) + footer,
-                -float(self.format_penalty),
-                False,
-                True,
-                info,
-            )
-        footer = f"\nTurns left: {left}" + (" (use it for <solution>)" if left == 1 else "")
-        return (
-            _clip(body, self.max_obs_chars) + footer,
-            0.0,
-            False,
-            False,
-            {"turns_left": left, "error": error},
-        )
+        body = _clip(body, self.max_obs_chars)
+        if self._turns_left > 0:
+            return next_turn(body, error, self._turns_left, "use it for <solution>")
+        self._task = None
+        return out_of_turns(body, error, self.format_penalty, "a <solution>")
 
-    def _grade(self, query: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _grade(self, query: str) -> Step:
         assert self._db is not None and self._task is not None
         gold_sql = self._gold_sql
         self._task = None

@@ -23,7 +23,7 @@ def test_import_environments_alone_registers_the_builtins():
     assert out.stdout.strip() == "SQLEnv"
 
 
-@pytest.mark.parametrize("name", ["math", "python", "search"])
+@pytest.mark.parametrize("name", ["math", "python", "search", "sql"])
 def test_reset_takes_a_task_file_row_as_a_task(name):
     from environments.registry import BUILTINS, bundled_tasks, make_env
 
