@@ -3,8 +3,7 @@
 The task is one instance (`instance_task(instance)` wraps the official columns into a Task;
 the instance dict sits in `task.metadata["instance"]`). `reset` checks the repository out at
 `base_commit` (from `repos_dir/<owner>__<name>`, through the harness) and opens a persistent
-sandboxed bash in it: the machinery of `skyrl/Shell-v0`, used by composition (a `ShellEnv`
-runs the commands; this environment owns the turns, the prompt and the grading).
+sandboxed bash in it (`environments.bash`, the shell of `skyrl/Shell-v0`).
 
 Action grammar, as in the shell environment:
 
@@ -24,6 +23,7 @@ stands (truncated, minus `format_penalty`). The final info carries `model_patch`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import shutil
@@ -33,11 +33,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.sandbox import Limits
-from environments.shell import ActionError, ShellEnv, parse_action
+from environments.bash import GRAMMAR, TAGS, Bash, intro, open_sandbox, parse_action
+from environments.sandbox import Limits, Sandbox
 from environments.spaces import TextSpace
 from environments.swe_harness import _checkout as checkout
 from environments.swe_harness import grade
+from environments.text_env import Step, episode_task, graded, next_turn, tag_step
 from tasks.swe.build import diff_tree
 from tasks.swe.checks import check_instance
 from tasks.task import Task
@@ -96,8 +97,7 @@ def load_suite(split: str | None = None) -> list[Task]:
 class SWEEnv(gym.Env):
     """One SWE-bench instance: explore and edit the repository with bash, then submit."""
 
-    metadata = {"render_modes": []}
-    stop_strings = ("</bash>", "<submit/>")
+    stop_strings = TAGS.stop_strings
     report_by = ("repo",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(
@@ -123,7 +123,9 @@ class SWEEnv(gym.Env):
         """Subtracted from the reward when the episode ends without <submit/>."""
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
         self.action_space = TextSpace(MAX_ACTION_CHARS)
-        self._shell: ShellEnv | None = None
+        self._sandbox: Sandbox | None = None
+        self._bash: Bash | None = None
+        self._task: Task | None = None
         self._instance: dict[str, Any] | None = None
         self._src: Path | None = None
         self._turns_left = 0
@@ -134,10 +136,7 @@ class SWEEnv(gym.Env):
         """Check out `options["task"]`'s instance (or one drawn from swe-bench-mini) and open
         a shell in it. A missing repository or a bad instance raises ValueError."""
         super().reset(seed=seed)
-        task = (options or {}).get("task")
-        if task is None:
-            suite = _mini_suite()
-            task = suite[int(self.np_random.integers(len(suite)))]
+        task = episode_task(self, options, _mini_suite)
         instance = task.metadata.get("instance")
         if not isinstance(instance, dict):
             raise ValueError(f"task {task.id!r} holds no SWE-bench instance in metadata.instance")
@@ -154,61 +153,43 @@ class SWEEnv(gym.Env):
         src = repos / str(instance["repo"]).replace("/", "__")
         if not (src / ".git").exists() and not (src / "HEAD").exists():
             raise ValueError(f"no repository {src.name} under {repos}")
-        # A one-off Harbor-shaped folder: ShellEnv copies environment/files (the checkout)
-        # into its sandbox; its verifier is never run (grading is the harness's).
+        limits = self.limits or Limits()
+        if self.timeout_s is not None:
+            limits = dataclasses.replace(limits, timeout_s=float(self.timeout_s))
         folder = Path(tempfile.mkdtemp(prefix="skyrl-swe-task-"))
         try:
-            (folder / "environment").mkdir()
-            (folder / "tests").mkdir()
-            (folder / "tests" / "test.sh").write_text("exit 0\n")
             try:
-                checkout(src, str(instance["base_commit"]), folder / "environment" / "files")
+                checkout(src, str(instance["base_commit"]), folder / "repo")
             except RuntimeError as e:
                 raise ValueError(f"cannot check out {instance['instance_id']}: {e}") from None
-            prompt = INSTRUCTIONS.format(
-                problem=str(instance["problem_statement"]).strip(), repo=instance["repo"]
-            )
-            shell_task = Task(
-                id=task.id, env="shell", prompt=prompt, metadata={"task_dir": str(folder)}
-            )
-            # one turn more than ours, so the shell never ends (and grades) the episode itself
-            self._shell = ShellEnv(
-                max_turns=self.max_turns + 1, timeout_s=self.timeout_s, limits=self.limits
-            )
-            obs, _ = self._shell.reset(options={"task": shell_task})
+            self._sandbox = open_sandbox(limits, folder / "repo", task.id)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        self._instance, self._src, self._turns_left = instance, src, self.max_turns
+        self._bash = Bash(self._sandbox, limits)
+        self._task, self._instance, self._src = task, instance, src
+        self._turns_left = self.max_turns
+        problem = str(instance["problem_statement"]).strip()
+        prompt = INSTRUCTIONS.format(problem=problem, repo=instance["repo"]).strip()
+        shell = intro(self._sandbox, limits, "the task's files")
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
-        return f"{_without_turns(obs)}Turns left: {self._turns_left}", info
+        return f"{prompt}\n\n{shell}Turns left: {self._turns_left}", info
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self._shell is None or self._instance is None:
-            over = "the episode is over; call reset() to start a new one"
-            return f"Error: {over}.", 0.0, True, False, {"turns_left": 0, "error": over}
-        self._turns_left -= 1
-        text = action.decode("utf-8", "replace") if isinstance(action, bytes) else action
-        try:
-            submit = isinstance(text, str) and parse_action(text) is None
-        except ActionError:
-            submit = False
-        if submit:
+    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
+    def step(self, action: str | None) -> Step:
+        if action is None:
             return self._finish(True, "Submitted.")
-        obs, _, _, _, shell_info = self._shell.step(text)
-        body = _without_turns(obs).rstrip("\n")
-        error: str | None = shell_info.get("error")
+        assert self._bash is not None
+        return self._next_turn(self._bash.run(action).rstrip("\n"), None)
+
+    def _next_turn(self, body: str, error: str | None) -> Step:
         if self._turns_left <= 0:
             return self._finish(False, body, error)
-        note = " (the work is graded after it)" if self._turns_left == 1 else ""
-        info = {"turns_left": self._turns_left, "error": error}
-        return f"{body}\nTurns left: {self._turns_left}{note}", 0.0, False, False, info
+        return next_turn(body, error, self._turns_left, "the work is graded after it")
 
-    def _finish(
-        self, submitted: bool, body: str, error: str | None = None
-    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _finish(self, submitted: bool, body: str, error: str | None = None) -> Step:
         """Take the diff, grade it with the harness, end the episode."""
-        assert self._shell is not None and self._instance is not None and self._src is not None
-        instance, sandbox = self._instance, self._shell.sandbox
+        assert self._instance is not None and self._src is not None
+        instance, sandbox = self._instance, self._sandbox
         patch: str = ""
         grade_error: str | None = None
         if sandbox is not None:
@@ -243,22 +224,10 @@ class SWEEnv(gym.Env):
             "test_output": result.log[-TEST_OUTPUT_CHARS:],
             "submitted": submitted,
         }
-        if submitted:
-            return f"{body} {verdict}", reward, True, False, info
-        footer = (
-            f"\nTurns left: 0. The episode ended without <submit/>; the work was graded. {verdict}"
-        )
-        return body + footer, reward - float(self.format_penalty), False, True, info
+        return graded(body, verdict, reward, info, self.format_penalty)
 
     def close(self) -> None:
         """Kill the agent's processes and remove the checkout."""
-        if self._shell is not None:
-            self._shell.close()
-        self._shell = None
-        self._instance = None
-
-
-def _without_turns(observation: str) -> str:
-    """The shell's observation without its own trailing `Turns left: N` line."""
-    head, sep, _ = observation.rpartition("Turns left:")
-    return head if sep else observation + "\n"
+        if self._sandbox is not None:
+            self._sandbox.close()
+        self._sandbox = self._bash = self._task = self._instance = None
