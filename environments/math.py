@@ -20,21 +20,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments.spaces import TextSpace
-from environments.text_env import (
-    Step,
-    Tags,
-    episode_task,
-    last_message,
-    next_turn,
-    tag_demonstration,
-    tag_step,
-    train_suite,
-    verdict,
-)
+from environments import text_env
 from tasks.task import Task
 
-MAX_ACTION_CHARS = 100_000
 MAX_OBSERVATION_CHARS = 100_000
 TOLERANCE = 1e-6
 """Absolute and relative tolerance of `numeric_match`."""
@@ -80,7 +68,7 @@ def numeric_match(pred: str, gold: Any) -> bool:
     return diff <= TOLERANCE or diff <= TOLERANCE * abs(g)
 
 
-TAGS = Tags("answer")
+TAGS = text_env.Tags("answer")
 
 
 def parse_answer(text: str) -> str:
@@ -95,12 +83,9 @@ class MathEnv(gym.Env):
     report_by = ("difficulty",)  # metadata keys evaluation reports break accuracy down by
 
     def __init__(self, max_turns: int = 1, format_penalty: float = 0.1, **kwargs: Any) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
+        self.max_turns = text_env.turn_limit(max_turns)
         self.format_penalty = format_penalty
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._turns_left = 0
 
@@ -109,27 +94,27 @@ class MathEnv(gym.Env):
     ) -> tuple[str, dict[str, Any]]:
         """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
         super().reset(seed=seed)
-        task = episode_task(self, options, lambda: train_suite("math"))
+        task = text_env.episode_task(self, options, lambda: text_env.train_suite("math"))
         self._task, self._turns_left = task, self.max_turns
-        observation = f"{last_message(task)}\n{FORMAT_HINT}"[:MAX_OBSERVATION_CHARS]
+        observation = f"{text_env.last_message(task)}\n{FORMAT_HINT}"[:MAX_OBSERVATION_CHARS]
         return observation, {"turns_left": self._turns_left, "error": None, "task_id": task.id}
 
-    @tag_step(parse_answer, FORMAT_HINT, MAX_ACTION_CHARS)
-    def step(self, action: str) -> Step:
+    @text_env.tag_step(parse_answer, FORMAT_HINT)
+    def step(self, action: str) -> text_env.Step:
         assert self._task is not None
         correct = numeric_match(action, self._task.answer)
         self._task = None
-        return verdict(correct, self._turns_left)
+        return text_env.verdict(correct, self._turns_left)
 
     def demonstration(self, task: Task) -> str | None:
         """What a model turn that answers `task` correctly writes (supervised warm-up)."""
-        return tag_demonstration("answer", task.answer)
+        return text_env.tag_demonstration("answer", task.answer)
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """A malformed answer: another try while turns are left, else the format penalty
         (terminated: see the module's docstring)."""
         if self._turns_left > 0:
-            return next_turn(body, error, self._turns_left, "")
+            return text_env.next_turn(body, error, self._turns_left, "")
         self._task = None
         info = {"turns_left": 0, "error": error, "correct": False}
         return f"Error: {error}. No turns left.", -float(self.format_penalty), True, False, info

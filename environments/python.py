@@ -37,32 +37,20 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from environments import text_env
 from environments.math import numeric_match
 from environments.python_repl import PythonRepl, ReplReply
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import ActionError, TextSpace
-from environments.text_env import (
-    Step,
-    Tags,
-    episode_task,
-    last_message,
-    next_turn,
-    out_of_turns,
-    tag_step,
-    train_suite,
-    verdict,
-)
+from environments.spaces import ActionError
 from tasks.task import Task
 
 __all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
 
-MAX_ACTION_CHARS = 100_000
-"""Longer actions are rejected unread."""
 MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to answer."
 
-TAGS = Tags("python", "answer")
+TAGS = text_env.Tags("python", "answer")
 _FENCE = re.compile(r"\A\s*```[\w+-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 
 
@@ -137,12 +125,10 @@ class PythonEnv(gym.Env):
         clock of one `<python>` action; `limits` bound the sandbox; `max_obs_chars` caps an
         observation; `python` is the interpreter inside the sandbox; `sandbox_backend` picks
         `bwrap` / `fallback` (default: `$SKYRL_SANDBOX_BACKEND`, else bwrap when installed)."""
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = text_env.turn_limit(max_turns)
         limits = limits or Limits()
         if timeout_s is not None:
             limits = dataclasses.replace(limits, timeout_s=float(timeout_s))
-        self.max_turns = max_turns
         self.format_penalty = format_penalty
         self.limits = limits
         """Sandbox limits; `timeout_s` is the wall clock of one `<python>` action."""
@@ -150,8 +136,7 @@ class PythonEnv(gym.Env):
         self.python = python or default_python()
         """The interpreter inside the sandbox (the system Python, standard library only)."""
         self.sandbox_backend = sandbox_backend
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._turns_left = 0
         self._sandbox: Sandbox | None = None
@@ -163,11 +148,11 @@ class PythonEnv(gym.Env):
         """Start on `options["task"]`, or on a task drawn from the bundled train suite."""
         super().reset(seed=seed)
         self._close_sandbox()
-        task = episode_task(self, options, lambda: train_suite("python"))
+        task = text_env.episode_task(self, options, lambda: text_env.train_suite("python"))
         grade("0", task)  # an unknown grader fails here, not in step()
         self._task, self._turns_left = task, self.max_turns
         observation = (
-            f"{last_message(task)}\n"
+            f"{text_env.last_message(task)}\n"
             "You can run Python: <python>print(2 + 2)</python> runs code in a persistent "
             "session (variables survive between turns, the value of a last expression is "
             f"shown; no network, {self.limits.timeout_s:g} s per run). Reply with the final "
@@ -176,8 +161,8 @@ class PythonEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return _clip(_clean(observation), MAX_OBSERVATION_CHARS), info
 
-    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
-    def step(self, action: tuple[str, str]) -> Step:
+    @text_env.tag_step(parse_action, GRAMMAR)
+    def step(self, action: tuple[str, str]) -> text_env.Step:
         tag, body = action
         if tag == "answer":
             return self._grade(body)
@@ -213,21 +198,21 @@ class PythonEnv(gym.Env):
         summary = error.strip().splitlines()[-1] if error and error.strip() else None
         return text, summary
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
         body = _clip(body, self.max_obs_chars)
         if self._turns_left > 0:
-            return next_turn(body, error, self._turns_left, "use it for <answer>")
+            return text_env.next_turn(body, error, self._turns_left, "use it for <answer>")
         self._task = None
         self._close_sandbox()
-        return out_of_turns(body, error, self.format_penalty, "an <answer>")
+        return text_env.out_of_turns(body, error, self.format_penalty, "an <answer>")
 
-    def _grade(self, answer: str) -> Step:
+    def _grade(self, answer: str) -> text_env.Step:
         assert self._task is not None
         correct = grade(answer, self._task)
         self._task = None
         self._close_sandbox()
-        return verdict(correct, self._turns_left)
+        return text_env.verdict(correct, self._turns_left)
 
     @property
     def sandbox(self) -> Sandbox | None:

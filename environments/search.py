@@ -39,23 +39,10 @@ from typing import Any
 
 import gymnasium as gym
 
+from environments import text_env
 from environments.spaces import ActionError as ActionError  # re-exported: parse_action raises it
-from environments.spaces import TextSpace
-from environments.text_env import (
-    Step,
-    Tags,
-    episode_task,
-    next_turn,
-    out_of_turns,
-    tag_step,
-    train_suite,
-    user_text,
-    verdict,
-)
 from tasks.task import Task
 
-MAX_ACTION_CHARS = 100_000
-"""Longer actions are rejected unread."""
 MAX_OBSERVATION_CHARS = 100_000
 MAX_QUERY_TERMS = 32
 """Words of a query beyond this many are ignored (keeps every search sub-millisecond)."""
@@ -64,7 +51,7 @@ GRAMMAR = "Use <search>keywords</search> to search or <answer>short answer</answ
 TITLE_WEIGHT = 2.0
 """bm25 weight of the title column relative to the text column."""
 
-TAGS = Tags("search", "answer")
+TAGS = text_env.Tags("search", "answer")
 _TERM = re.compile(r"[^\W_]+")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -261,16 +248,14 @@ class SearchEnv(gym.Env):
         max_passage_chars: int = 300,
         **kwargs: Any,
     ) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = text_env.turn_limit(max_turns)
+        """Turns per episode, the answer included."""
         if not 1 <= top_k <= MAX_TOP_K:
             raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
         if reward not in ("em", "f1"):
             raise ValueError(f"reward must be 'em' or 'f1', got {reward!r}")
         if retriever_url is not None and not retriever_url.startswith(("http://", "https://")):
             raise ValueError(f"retriever_url must start with http:// or https://: {retriever_url}")
-        self.max_turns = max_turns
-        """Turns per episode, the answer included."""
         self.top_k = top_k
         """Passages shown per search."""
         self.format_penalty = format_penalty
@@ -285,8 +270,7 @@ class SearchEnv(gym.Env):
         """HTTP timeout per search."""
         self.max_passage_chars = max_passage_chars
         """Each passage's text is cut to this many characters in observations."""
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._connections: dict[Path, sqlite3.Connection] = {}
         self._conn: sqlite3.Connection | None = None
         self._task: Task | None = None
@@ -301,7 +285,7 @@ class SearchEnv(gym.Env):
         A broken task (no accepted answer, a missing index) raises ValueError here, so
         that `step` never has to."""
         super().reset(seed=seed)
-        task = episode_task(self, options, lambda: train_suite("search"))
+        task = text_env.episode_task(self, options, lambda: text_env.train_suite("search"))
         self._answers = _answers(task)
         if self.retriever_url is None:
             index = self.index or task.metadata.get("index")
@@ -312,7 +296,7 @@ class SearchEnv(gym.Env):
         self._task, self._turns_left = task, self.max_turns
         observation = (
             "Answer the question using a search engine over a knowledge base.\n"
-            f"Question: {user_text(task)}\n"
+            f"Question: {text_env.user_text(task)}\n"
             f"Send <search>keywords</search> to see the top {self.top_k} passages, and reply "
             "with a short answer inside <answer></answer>, e.g. <answer>Paris</answer>. "
             f"Turns left: {self._turns_left}"
@@ -320,8 +304,8 @@ class SearchEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return observation[:MAX_OBSERVATION_CHARS], info
 
-    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
-    def step(self, action: tuple[str, str]) -> Step:
+    @text_env.tag_step(parse_action, GRAMMAR)
+    def step(self, action: tuple[str, str]) -> text_env.Step:
         tag, body = action
         if tag == "answer":
             return self._grade(body)
@@ -341,18 +325,18 @@ class SearchEnv(gym.Env):
             raise SearchError("no index is open; call reset() first")
         return search_index(self._conn, query, self.top_k)
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
         if self._turns_left > 0:
-            return next_turn(body, error, self._turns_left, "use it for <answer>")
+            return text_env.next_turn(body, error, self._turns_left, "use it for <answer>")
         self._task = None
-        return out_of_turns(body, error, self.format_penalty, "an <answer>")
+        return text_env.out_of_turns(body, error, self.format_penalty, "an <answer>")
 
-    def _grade(self, prediction: str) -> Step:
+    def _grade(self, prediction: str) -> text_env.Step:
         self._task = None
         em, f1 = exact_match(prediction, self._answers), token_f1(prediction, self._answers)
         reward = em if self.reward_kind == "em" else f1
-        return verdict(em == 1.0, self._turns_left, reward, em=em, f1=f1)
+        return text_env.verdict(em == 1.0, self._turns_left, reward, em=em, f1=f1)
 
     def close(self) -> None:
         for conn in self._connections.values():

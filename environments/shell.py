@@ -36,6 +36,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from environments import text_env
 from environments.bash import (
     GRAMMAR,
     TAGS,
@@ -47,23 +48,13 @@ from environments.bash import (
     quote_command,
 )
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import ActionError, TextSpace
-from environments.text_env import (
-    Step,
-    episode_task,
-    graded,
-    last_message,
-    next_turn,
-    tag_step,
-    train_suite,
-)
+from environments.spaces import ActionError
+from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import load_harbor_task, read_reward, verifier_timeout
 from tasks.task import Task
 
-__all__ = ["ActionError", "ShellEnv", "parse_action", "quote_command"]
+__all__ = ["MAX_ACTION_CHARS", "ActionError", "ShellEnv", "parse_action", "quote_command"]
 
-MAX_ACTION_CHARS = 100_000
-"""Longer actions are rejected unread."""
 MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space (observations are capped far lower by the limits)."""
 VERIFIER_DISK_MB = 256
@@ -88,17 +79,14 @@ class ShellEnv(gym.Env):
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
         folder, replaces the task passed to (or drawn by) `reset`."""
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
+        self.max_turns = text_env.turn_limit(max_turns)
         self.format_penalty = format_penalty
         """Subtracted from the verifier's reward when the episode ends without <submit/>."""
         self.limits = limits or Limits()
         if timeout_s is not None:
             self.limits = dataclasses.replace(self.limits, timeout_s=float(timeout_s))
         self.task_dir = Path(task_dir) if task_dir is not None else None
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
         self._task: Task | None = None
@@ -121,7 +109,7 @@ class ShellEnv(gym.Env):
         if self.task_dir is not None:
             task = load_harbor_task(self.task_dir)
         else:
-            task = episode_task(self, options, lambda: train_suite("shell"))
+            task = text_env.episode_task(self, options, lambda: text_env.train_suite("shell"))
         task_dir = task.metadata.get("task_dir")
         if not task_dir:
             raise ValueError(f"task {task.id!r} names no Harbor folder in metadata.task_dir")
@@ -144,21 +132,23 @@ class ShellEnv(gym.Env):
         self._bash = Bash(sandbox, self.limits)
         self._task, self._turns_left = task, self.max_turns
         shell = intro(sandbox, self.limits, "the task's files")
-        observation = f"{last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
+        observation = (
+            f"{text_env.last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
+        )
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return observation[:MAX_OBSERVATION_CHARS], info
 
-    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
-    def step(self, action: str | None) -> Step:
+    @text_env.tag_step(parse_action, GRAMMAR)
+    def step(self, action: str | None) -> text_env.Step:
         if action is None:
             return self._finish(submitted=True, body="Submitted.", error=None)
         assert self._bash is not None
         return self._next_turn(self._bash.run(action), None)
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         if self._turns_left <= 0:
             return self._finish(submitted=False, body=body, error=error)
-        return next_turn(body, error, self._turns_left, "the work is graded after it")
+        return text_env.next_turn(body, error, self._turns_left, "the work is graded after it")
 
     def _finish(
         self, submitted: bool, body: str, error: str | None
@@ -181,7 +171,7 @@ class ShellEnv(gym.Env):
             "verifier": verifier,
             "submitted": submitted,
         }
-        return graded(body, verdict, score, info, self.format_penalty)
+        return text_env.graded(body, verdict, score, info, self.format_penalty)
 
     def _grade(self) -> tuple[float | None, dict[str, float], str | None, dict[str, Any]]:
         """Kill the agent's processes, run the task's tests/test.sh in the sandbox, read the reward."""

@@ -39,7 +39,8 @@ import gymnasium as gym
 import sqlglot
 from sqlglot import exp
 
-from environments.spaces import ActionError, TextSpace
+from environments import text_env
+from environments.spaces import ActionError
 from environments.sql_drivers import Target, resolve_target
 from environments.sql_grade import (
     MAX_COLUMN_PERMUTATIONS,
@@ -50,17 +51,6 @@ from environments.sql_grade import (
     remove_distinct,
 )
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
-from environments.text_env import (
-    Step,
-    Tags,
-    episode_task,
-    next_turn,
-    out_of_turns,
-    tag_demonstration,
-    tag_step,
-    train_suite,
-    user_text,
-)
 from tasks.task import Task
 
 __all__ = [
@@ -83,8 +73,6 @@ __all__ = [
     "run_query",
 ]
 
-MAX_ACTION_CHARS = 100_000
-"""Longer actions are rejected unread (an LLM turn is a few thousand tokens at most)."""
 MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRADE_MAX_ROWS = 100_000
@@ -94,7 +82,7 @@ GOLD_TIME_FACTOR = 10
 MAX_CELL_CHARS = 80
 GRAMMAR = "Use <sql>SELECT ...</sql> to run a query or <solution>SELECT ...</solution> to answer."
 
-TAGS = Tags("sql", "solution")
+TAGS = text_env.Tags("sql", "solution")
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -408,8 +396,7 @@ class SQLEnv(gym.Env):
         sample_rows: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = text_env.turn_limit(max_turns)
         if isinstance(dsn, dict) and len(dsn) == 1 and None in dsn.values():
             dsn = f"{next(iter(dsn))}:"  # `--set env.kwargs.dsn=duckdb:` read as YAML
         if dsn in ("sqlite", "duckdb"):
@@ -445,7 +432,6 @@ class SQLEnv(gym.Env):
                 f"dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "
                 "postgresql://USER@HOST/DB"
             )
-        self.max_turns = max_turns
         self.database = database
         self.format_penalty = format_penalty
         self.time_limit_s = time_limit_s
@@ -455,8 +441,7 @@ class SQLEnv(gym.Env):
         self.partial_credit = partial_credit
         """Weight of the F1 shaping reward for a wrong <solution> (0 = pure execution match)."""
         """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._db: Target | None = None
         self._gold: tuple[list[tuple], bool] = ([], False)
@@ -473,7 +458,7 @@ class SQLEnv(gym.Env):
         that `step` never has to.
         """
         super().reset(seed=seed)
-        task = episode_task(self, options, lambda: train_suite("sql"))
+        task = text_env.episode_task(self, options, lambda: text_env.train_suite("sql"))
         database = task.metadata.get("database") or self.database
         if not database:
             raise ValueError(
@@ -500,7 +485,7 @@ class SQLEnv(gym.Env):
         # Small models copy the example: it shows the answer tag, the thing they must learn.
         observation = (
             f"Tables:\n{schema}\n"
-            f"Question: {user_text(task)}\n"
+            f"Question: {text_env.user_text(task)}\n"
             f"Reply with one {target.label} query inside <solution></solution>, e.g. "
             f"<solution>SELECT COUNT(*) FROM {first_table}</solution>. To look at the data first, "
             f"send <sql>query</sql> (shows up to {self.max_rows} rows). Turns left: {self._turns_left}"
@@ -508,8 +493,8 @@ class SQLEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return _clip(observation, MAX_OBSERVATION_CHARS), info
 
-    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
-    def step(self, action: tuple[str, str]) -> Step:
+    @text_env.tag_step(parse_action, GRAMMAR)
+    def step(self, action: tuple[str, str]) -> text_env.Step:
         tag, query = action
         assert self._db is not None
         if tag == "solution":
@@ -529,17 +514,17 @@ class SQLEnv(gym.Env):
         database = task.metadata.get("database") or self.database
         if database:
             answer = gold_sql(task, resolve_target(str(database), self.dsn))
-        return tag_demonstration("solution", answer, self.response_prefix)
+        return text_env.tag_demonstration("solution", answer, self.response_prefix)
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
         body = _clip(body, self.max_obs_chars)
         if self._turns_left > 0:
-            return next_turn(body, error, self._turns_left, "use it for <solution>")
+            return text_env.next_turn(body, error, self._turns_left, "use it for <solution>")
         self._task = None
-        return out_of_turns(body, error, self.format_penalty, "a <solution>")
+        return text_env.out_of_turns(body, error, self.format_penalty, "a <solution>")
 
-    def _grade(self, query: str) -> Step:
+    def _grade(self, query: str) -> text_env.Step:
         assert self._db is not None and self._task is not None
         gold_sql = self._gold_sql
         self._task = None

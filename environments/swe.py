@@ -33,19 +33,17 @@ from typing import Any
 
 import gymnasium as gym
 
+from environments import text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, open_sandbox, parse_action
 from environments.sandbox import Limits, Sandbox
-from environments.spaces import TextSpace
 from environments.swe_harness import _checkout as checkout
 from environments.swe_harness import grade
-from environments.text_env import Step, episode_task, graded, next_turn, tag_step
 from tasks.swe.build import diff_tree
 from tasks.swe.checks import check_instance
 from tasks.task import Task
 
 __all__ = ["SWEEnv", "instance_task", "load_suite"]
 
-MAX_ACTION_CHARS = 100_000
 MAX_OBSERVATION_CHARS = 1_000_000
 TEST_OUTPUT_CHARS = 20_000
 """Tail of the test output kept in the final info."""
@@ -112,17 +110,14 @@ class SWEEnv(gym.Env):
     ) -> None:
         """`repos_dir` holds `<owner>__<name>` repositories (default: swe-bench-mini's);
         `timeout_s` limits one command, `test_timeout_s` the grading test run."""
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self.max_turns = max_turns
+        self.max_turns = text_env.turn_limit(max_turns)
         self.repos_dir = Path(repos_dir) if repos_dir is not None else None
         self.timeout_s = timeout_s
         self.limits = limits
         self.test_timeout_s = test_timeout_s
         self.format_penalty = format_penalty
         """Subtracted from the reward when the episode ends without <submit/>."""
-        self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
         self._task: Task | None = None
@@ -136,7 +131,7 @@ class SWEEnv(gym.Env):
         """Check out `options["task"]`'s instance (or one drawn from swe-bench-mini) and open
         a shell in it. A missing repository or a bad instance raises ValueError."""
         super().reset(seed=seed)
-        task = episode_task(self, options, _mini_suite)
+        task = text_env.episode_task(self, options, _mini_suite)
         instance = task.metadata.get("instance")
         if not isinstance(instance, dict):
             raise ValueError(f"task {task.id!r} holds no SWE-bench instance in metadata.instance")
@@ -174,19 +169,19 @@ class SWEEnv(gym.Env):
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return f"{prompt}\n\n{shell}Turns left: {self._turns_left}", info
 
-    @tag_step(parse_action, GRAMMAR, MAX_ACTION_CHARS)
-    def step(self, action: str | None) -> Step:
+    @text_env.tag_step(parse_action, GRAMMAR)
+    def step(self, action: str | None) -> text_env.Step:
         if action is None:
             return self._finish(True, "Submitted.")
         assert self._bash is not None
         return self._next_turn(self._bash.run(action).rstrip("\n"), None)
 
-    def _next_turn(self, body: str, error: str | None) -> Step:
+    def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         if self._turns_left <= 0:
             return self._finish(False, body, error)
-        return next_turn(body, error, self._turns_left, "the work is graded after it")
+        return text_env.next_turn(body, error, self._turns_left, "the work is graded after it")
 
-    def _finish(self, submitted: bool, body: str, error: str | None = None) -> Step:
+    def _finish(self, submitted: bool, body: str, error: str | None = None) -> text_env.Step:
         """Take the diff, grade it with the harness, end the episode."""
         assert self._instance is not None and self._src is not None
         instance, sandbox = self._instance, self._sandbox
@@ -224,7 +219,7 @@ class SWEEnv(gym.Env):
             "test_output": result.log[-TEST_OUTPUT_CHARS:],
             "submitted": submitted,
         }
-        return graded(body, verdict, reward, info, self.format_penalty)
+        return text_env.graded(body, verdict, reward, info, self.format_penalty)
 
     def close(self) -> None:
         """Kill the agent's processes and remove the checkout."""

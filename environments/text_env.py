@@ -3,6 +3,7 @@ task source, its parser and its reward (as a `verifiers` environment does).
 
 - `Tags`: the action grammar's tag rule and the stop strings that go with it.
 - `read_action`: the model's action as clean text, or an ActionError.
+- `turn_limit` and `text_spaces`: the checked turn budget and the text spaces of `__init__`.
 - `episode_task`: the task of `reset(options={"task": ...})`, a `Task` or a task file's
   JSON row, else one drawn from the bundled train suite.
 - `tag_step`: Gymnasium's `step(action)` from an environment's `step(self, parsed)`: the
@@ -22,12 +23,14 @@ from typing import Any, Protocol, TypeVar
 
 import gymnasium as gym
 
-from environments.spaces import ActionError, action_text
+from environments.spaces import ActionError, TextSpace, action_text
 from tasks.task import Task
 
 Step = tuple[str, float, bool, bool, dict[str, Any]]
 """What `gymnasium.Env.step` returns: observation, reward, terminated, truncated, info."""
 EPISODE_OVER = "the episode is over; call reset() to start a new one"
+MAX_ACTION_CHARS = 100_000
+"""Longer actions are rejected unread (an LLM turn is a few thousand tokens at most)."""
 
 
 class Tags:
@@ -62,6 +65,19 @@ class Tags:
         if not body.strip():
             raise ActionError(f"<{tag}></{tag}> is empty")
         return tag, body.strip() if strip else body
+
+
+def turn_limit(max_turns: int) -> int:
+    """`max_turns` (turns per episode, the answer included); ValueError below 1."""
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    return max_turns
+
+
+def text_spaces(max_observation_chars: int) -> tuple[TextSpace, TextSpace]:
+    """The observation and action spaces of a text environment: any text up to
+    `max_observation_chars`, and up to `MAX_ACTION_CHARS`."""
+    return TextSpace(max_observation_chars), TextSpace(MAX_ACTION_CHARS)
 
 
 def read_action(action: Any, max_chars: int) -> str:
@@ -122,7 +138,7 @@ P = TypeVar("P")
 
 
 def tag_step(
-    parse: Callable[[str], P], grammar: str, max_chars: int
+    parse: Callable[[str], P], grammar: str, max_chars: int = MAX_ACTION_CHARS
 ) -> Callable[[Callable[[E, P], Step]], Callable[[E, Any], Step]]:
     """Make Gymnasium's `step(self, action)` of `step(self, parsed)`: after the episode
     ended, `episode_over()`; else a turn is spent and the action read and parsed, and a
