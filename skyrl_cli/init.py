@@ -101,7 +101,7 @@ def init(
             "env": {"name": "my_env", "tasks": "tasks.jsonl", "max_turns": 2},
             "environments": {"my_env": "my_env.py:UnitsEnv"},
             "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 32, "temperature": 0.7},
-            "trainer": {"max_steps": 20},
+            "trainer": {"max_steps": 10},  # the first run: about a minute on 2 cores
             "eval": {"limit": 8},
         }
         cfg = build_config([layer])
