@@ -28,7 +28,6 @@ says the variables were lost.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
@@ -126,11 +125,8 @@ class PythonEnv(gym.Env):
         observation; `python` is the interpreter inside the sandbox; `sandbox_backend` picks
         `bwrap` / `fallback` (default: `$SKYRL_SANDBOX_BACKEND`, else bwrap when installed)."""
         self.max_turns = text_env.turn_limit(max_turns)
-        limits = limits or Limits()
-        if timeout_s is not None:
-            limits = dataclasses.replace(limits, timeout_s=float(timeout_s))
         self.format_penalty = format_penalty
-        self.limits = limits
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
         """Sandbox limits; `timeout_s` is the wall clock of one `<python>` action."""
         self.max_obs_chars = max_obs_chars
         self.python = python or default_python()

@@ -28,7 +28,6 @@ other turn scores 0.0.
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import shutil
 from pathlib import Path
@@ -82,9 +81,7 @@ class ShellEnv(gym.Env):
         self.max_turns = text_env.turn_limit(max_turns)
         self.format_penalty = format_penalty
         """Subtracted from the verifier's reward when the episode ends without <submit/>."""
-        self.limits = limits or Limits()
-        if timeout_s is not None:
-            self.limits = dataclasses.replace(self.limits, timeout_s=float(timeout_s))
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
         self.task_dir = Path(task_dir) if task_dir is not None else None
         self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._sandbox: Sandbox | None = None

@@ -438,9 +438,9 @@ class SQLEnv(gym.Env):
         self.max_rows = max_rows
         self.max_obs_chars = max_obs_chars
         self.response_prefix = response_prefix
+        """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.partial_credit = partial_credit
         """Weight of the F1 shaping reward for a wrong <solution> (0 = pure execution match)."""
-        """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._db: Target | None = None

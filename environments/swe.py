@@ -23,7 +23,6 @@ stands (truncated, minus `format_penalty`). The final info carries `model_patch`
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import shutil
@@ -148,9 +147,7 @@ class SWEEnv(gym.Env):
         src = repos / str(instance["repo"]).replace("/", "__")
         if not (src / ".git").exists() and not (src / "HEAD").exists():
             raise ValueError(f"no repository {src.name} under {repos}")
-        limits = self.limits or Limits()
-        if self.timeout_s is not None:
-            limits = dataclasses.replace(limits, timeout_s=float(self.timeout_s))
+        limits = text_env.sandbox_limits(self.limits, self.timeout_s)
         folder = Path(tempfile.mkdtemp(prefix="skyrl-swe-task-"))
         try:
             try:

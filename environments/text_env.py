@@ -3,7 +3,8 @@ task source, its parser and its reward (as a `verifiers` environment does).
 
 - `Tags`: the action grammar's tag rule and the stop strings that go with it.
 - `read_action`: the model's action as clean text, or an ActionError.
-- `turn_limit` and `text_spaces`: the checked turn budget and the text spaces of `__init__`.
+- `turn_limit`, `text_spaces`, `sandbox_limits`: the checked turn budget, the text spaces
+  and a sandbox's limits with the `timeout_s` knob, for `__init__`.
 - `episode_task`: the task of `reset(options={"task": ...})`, a `Task` or a task file's
   JSON row, else one drawn from the bundled train suite.
 - `tag_step`: Gymnasium's `step(action)` from an environment's `step(self, parsed)`: the
@@ -16,6 +17,7 @@ task source, its parser and its reward (as a `verifiers` environment does).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Sequence
@@ -23,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 import gymnasium as gym
 
+from environments.sandbox import Limits
 from environments.spaces import ActionError, TextSpace, action_text
 from tasks.task import Task
 
@@ -78,6 +81,12 @@ def text_spaces(max_observation_chars: int) -> tuple[TextSpace, TextSpace]:
     """The observation and action spaces of a text environment: any text up to
     `max_observation_chars`, and up to `MAX_ACTION_CHARS`."""
     return TextSpace(max_observation_chars), TextSpace(MAX_ACTION_CHARS)
+
+
+def sandbox_limits(limits: Limits | None, timeout_s: float | None) -> Limits:
+    """`limits` (default `Limits()`) with `timeout_s`, when given, as the per-action clock."""
+    limits = limits or Limits()
+    return limits if timeout_s is None else dataclasses.replace(limits, timeout_s=float(timeout_s))
 
 
 def read_action(action: Any, max_chars: int) -> str:

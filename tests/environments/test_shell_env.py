@@ -275,7 +275,7 @@ def test_close_kills_everything_and_removes_the_work_dir(task):
 
 
 def test_gymnasium_check_env(monkeypatch, task):
-    monkeypatch.setattr(shell_env, "train_suite", lambda env: [task])
+    monkeypatch.setattr(shell_env.text_env, "train_suite", lambda env: [task])
     env = ShellEnv()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

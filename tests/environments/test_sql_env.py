@@ -346,7 +346,7 @@ def test_gymnasium_check_env(db, monkeypatch):
         make_task(db, LISBON),
         make_task(db, "SELECT name FROM customers WHERE id = 7", "Who is 7?"),
     ]
-    monkeypatch.setattr(sql_env, "train_suite", lambda env: tasks)
+    monkeypatch.setattr(sql_env.text_env, "train_suite", lambda env: tasks)
     env = gym.make("skyrl/SQL-v0", database=str(db))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
