@@ -433,10 +433,15 @@ class SQLEnv(gym.Env):
                 "postgresql://USER@HOST/DB"
             )
         self.database = database
+        """The database of tasks that name none (a SQLite path or a bundled name)."""
         self.format_penalty = format_penalty
+        """Reward (negated) of an episode that ends without a <solution>."""
         self.time_limit_s = time_limit_s
+        """Wall clock of one query (the gold query gets GOLD_TIME_FACTOR times it)."""
         self.max_rows = max_rows
+        """Rows an <sql> observation shows."""
         self.max_obs_chars = max_obs_chars
+        """An observation is cut to this many characters."""
         self.response_prefix = response_prefix
         """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.partial_credit = partial_credit
