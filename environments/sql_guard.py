@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,9 @@ WORKER_HEAP_BYTES = 256_000_000
 """sqlite's heap limit in a worker: a sort or a big value fails with "out of memory" first."""
 MAX_IDLE_WORKERS = 8
 """Idle workers kept per database for the next query (episodes come and go quickly)."""
+MAX_IDLE_TOTAL = 16
+"""Idle workers kept over all databases; the least recently used database's go first, so a
+run or a test session over many databases does not keep a process per database."""
 _START_TIMEOUT_S = 60.0
 _WORKER_ENV = ("PATH", "PYTHONPATH", "TMPDIR", "LANG", "LC_ALL", "HOME", "PGPASSFILE", "PGPASSWORD")
 _MAX_ERROR_CHARS = 500
@@ -396,7 +400,7 @@ class _Worker:
                 pipe.close()
 
 
-_IDLE: dict[Target, list[_Worker]] = {}
+_IDLE: OrderedDict[Target, list[_Worker]] = OrderedDict()  # least recently used first
 _IDLE_LOCK = threading.Lock()
 
 
@@ -412,12 +416,23 @@ def _checkout(target: Target) -> _Worker:
 
 
 def _checkin(target: Target, worker: _Worker) -> None:
+    evicted = []
     with _IDLE_LOCK:
         idle = _IDLE.setdefault(target, [])
+        _IDLE.move_to_end(target)
         if len(idle) < MAX_IDLE_WORKERS:
             idle.append(worker)
-            return
-    worker.kill()
+        else:
+            evicted.append(worker)
+        for empty in [t for t, ws in _IDLE.items() if not ws]:  # checked-out databases
+            del _IDLE[empty]
+        while sum(len(ws) for ws in _IDLE.values()) > MAX_IDLE_TOTAL:
+            oldest = next(iter(_IDLE))
+            evicted.append(_IDLE[oldest].pop(0))
+            if not _IDLE[oldest]:
+                del _IDLE[oldest]
+    for w in evicted:
+        w.kill()
 
 
 @atexit.register
