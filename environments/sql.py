@@ -41,7 +41,7 @@ from sqlglot import exp
 
 from environments import text_env
 from environments.spaces import ActionError
-from environments.sql_drivers import Target, resolve_target
+from environments.sql_drivers import Target, resolve_target, sqlite_tables
 from environments.sql_grade import (
     MAX_COLUMN_PERMUTATIONS,
     check_grader,
@@ -235,21 +235,11 @@ def _tables(target: Target, time_limit_s: float) -> list[tuple[str, list[tuple[s
     """(table, [(column, type)]) of a database, in creation order where the DBMS knows it."""
     sqlite = _sqlite_file(target)
     if sqlite is not None:  # our own fixed statements: a plain read-only connection
-        conn = sqlite3.connect(f"{sqlite.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            names = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
-                )
-            ]
+        with sqlite_tables(sqlite) as (conn, names):
             return [
                 (t, [(c[1], c[2]) for c in conn.execute(f"PRAGMA table_info({_quote(t)})")])
                 for t in names
             ]
-        finally:
-            conn.close()
     sql = (
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"

@@ -76,12 +76,13 @@ def envs(
 def _plugin_grammar(entry: str, base: Path) -> str:
     """A plugin's `grammar` attribute, else its docstring's first line; errors are shown inline."""
     from environments import registry
+    from environments.contract import Extras
 
     try:
         cls = registry.load_class(entry, base)
+        grammar = Extras.of(cls).grammar
     except Exception as e:  # noqa: BLE001 - a broken plugin is listed with why, not fatal
         return f"(cannot load: {e})"
-    grammar = getattr(cls, "grammar", None)
     if isinstance(grammar, str) and grammar:
         return grammar
     doc = (cls.__doc__ or "").strip().splitlines()

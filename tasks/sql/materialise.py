@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sqlite3
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from environments.sql_drivers import sqlite_tables
 
 READER = "skyrl_reader"
 """The read-only role `materialise_postgres` creates."""
@@ -46,15 +47,7 @@ def _duck_type(declared: str) -> str:
 
 def read_sqlite(path: Path) -> list[tuple[str, list[tuple[str, str, bool]], list[tuple]]]:
     """(table, [(column, declared type, primary key)], rows in rowid order) of a SQLite file."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
-            )
-        ]
+    with sqlite_tables(path) as (conn, names):
         out = []
         for name in names:
             if not _NAME.fullmatch(name):
@@ -63,8 +56,6 @@ def read_sqlite(path: Path) -> list[tuple[str, list[tuple[str, str, bool]], list
             rows = conn.execute(f'SELECT * FROM "{name}" ORDER BY rowid').fetchall()
             out.append((name, cols, rows))
         return out
-    finally:
-        conn.close()
 
 
 def _create(table: str, cols: list[tuple[str, str, bool]], typ: Any) -> str:
