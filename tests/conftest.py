@@ -15,6 +15,17 @@ from pathlib import Path
 import pytest
 
 BIN = Path(sys.executable).parent
+TINY_MATH = [
+    "--env",
+    "math",
+    "--model",
+    "tiny",
+    "--set",
+    "eval.limit=4",
+    "--set",
+    "rollout.batch_size=2",
+]
+"""`skyrl train` flags for a fast run: the tiny model on math, 4 eval tasks, 2 tasks a step."""
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

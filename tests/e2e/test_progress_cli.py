@@ -24,18 +24,8 @@ from pathlib import Path
 import pexpect
 import yaml
 
-from tests.conftest import BIN, skyrl
+from tests.conftest import BIN, TINY_MATH, skyrl
 
-FAST = [
-    "--env",
-    "math",
-    "--model",
-    "tiny",
-    "--set",
-    "eval.limit=4",
-    "--set",
-    "rollout.batch_size=2",
-]
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -47,7 +37,15 @@ def _status(runs: Path) -> dict:
 def test_without_a_terminal_watch_trains_here_with_plain_phase_eval_and_step_lines(
     tmp_path: Path, ray_address: str
 ) -> None:
-    args = [*FAST, "--max-steps", "2", "--set", "warmup.sft_steps=1", "--ray-address", ray_address]
+    args = [
+        *TINY_MATH,
+        "--max-steps",
+        "2",
+        "--set",
+        "warmup.sft_steps=1",
+        "--ray-address",
+        ray_address,
+    ]
     proc = subprocess.run(
         [str(BIN / "skyrl"), "train", "--watch", *args],
         cwd=tmp_path,
@@ -93,7 +91,7 @@ def test_in_a_terminal_one_live_line_from_the_first_seconds_and_ctrl_c_below_it(
     t0 = time.monotonic()
     child = pexpect.spawn(
         str(BIN / "skyrl"),
-        ["train", *FAST, "--max-steps", "200", "--ray-address", ray_address],
+        ["train", *TINY_MATH, "--max-steps", "200", "--ray-address", ray_address],
         cwd=str(tmp_path),
         env={**env, "TERM": "xterm-256color"},
         encoding="utf-8",

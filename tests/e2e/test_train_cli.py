@@ -11,18 +11,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import BIN, skyrl
-
-TINY_MATH = [
-    "--env",
-    "math",
-    "--model",
-    "tiny",
-    "--set",
-    "eval.limit=4",
-    "--set",
-    "rollout.batch_size=2",
-]
+from tests.conftest import BIN, TINY_MATH, skyrl
 
 
 def test_help_does_not_import_heavy_modules(tmp_path):
