@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -118,3 +122,39 @@ def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: 
             f"skyrl {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+@contextlib.contextmanager
+def stand_in_openai(
+    answer: Callable[[dict], str], seen: list[dict] | None = None, tokens: int = 7
+) -> Iterator[str]:
+    """A loopback OpenAI-compatible stand-in (no hosted model exists here): every chat
+    completion is answered with `answer(request body)`; requests are appended to `seen`.
+    Yields the base URL (`http://127.0.0.1:PORT/v1`)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if seen is not None:
+                seen.append({"path": self.path, **body})
+            message = {"role": "assistant", "content": answer(body)}
+            reply = {
+                "choices": [{"message": message, "finish_reason": "stop"}],
+                "usage": {"completion_tokens": tokens},
+            }
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import skyrl
+from tests.conftest import skyrl, stand_in_openai
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -61,38 +59,6 @@ def test_eval_of_a_run_files_under_its_eval_dir(tmp_path: Path, ray_address: str
     assert "dev-step-000001" in summary and f"dev {acc} @1" in summary
 
 
-class _FakeOpenAI(BaseHTTPRequestHandler):
-    """A stand-in for an OpenAI-compatible server: no hosted model exists here, so this
-    loopback server answers every chat completion with the same fixed text."""
-
-    seen: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"path": self.path, **body})
-        reply = {
-            "choices": [
-                {
-                    "message": {
-                        "role": "assistant",
-                        "content": "<answer>42</answer> trailing text",
-                    },
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"completion_tokens": 7},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_eval_against_an_openai_compatible_server(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
     rows = [
@@ -112,17 +78,13 @@ def test_eval_against_an_openai_compatible_server(tmp_path: Path) -> None:
         },
     ]
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    server = HTTPServer(("127.0.0.1", 0), _FakeOpenAI)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/v1"
+    seen: list[dict[str, Any]] = []
+    with stand_in_openai(lambda body: "<answer>42</answer> trailing text", seen) as url:
         skyrl("eval", "--env", "math", "--tasks", str(tasks), "--model", f"openai:fake-model@{url}",
               "--output", "out", "--no-tracking", cwd=tmp_path)  # fmt: skip
-    finally:
-        server.shutdown()
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["n"] == 2 and report["accuracy"] == 0.5  # 42 is right for a, wrong for b
-    first = _FakeOpenAI.seen[0]
+    first = seen[0]
     assert first["path"] == "/v1/chat/completions" and first["model"] == "fake-model"
     assert first["messages"][-1] == {"role": "user", "content": first["messages"][-1]["content"]}
     assert "What is" in first["messages"][-1]["content"] and first["temperature"] == 0.0

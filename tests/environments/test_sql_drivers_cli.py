@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import sqlglot
 
 from tasks.sql import load_suite
-from tests.conftest import skyrl
+from tests.conftest import skyrl, stand_in_openai
 
 DIALECT = {"SQLite": "sqlite", "DuckDB": "duckdb", "PostgreSQL": "postgres"}
 
@@ -60,59 +58,34 @@ def test_the_tiny_model_scores_the_same_on_every_driver(tmp_path, postgres):
     assert got["sqlite"][1] == got["duckdb"][1] == got["postgresql"][1]
 
 
-class _Answerer(BaseHTTPRequestHandler):
-    """An OpenAI-compatible stand-in that knows the gold answers: for every other dev
-    question it answers the gold query in the dialect the prompt asks for, else a wrong one."""
+def _answerer(gold: dict[str, tuple[int, str]]) -> Callable[[dict], str]:
+    """Answers that know the gold: for every other dev question the gold query in the
+    dialect the prompt asks for, else a query with no rows."""
 
-    gold: dict[str, tuple[int, str]] = {}
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def answer(body: dict) -> str:
         prompt = "\n".join(str(m["content"]) for m in body["messages"])
         question = re.search(r"Question: (.*)\n", prompt).group(1)  # type: ignore[union-attr]
         dialect = DIALECT[re.search(r"Reply with one (\w+) query", prompt).group(1)]  # type: ignore[union-attr]
-        index, gold = self.gold[question]
-        sql = sqlglot.transpile(gold, read="sqlite", write=dialect)[0]
+        index, sql = gold[question]
+        sql = sqlglot.transpile(sql, read="sqlite", write=dialect)[0]
         if index % 2:
             sql = f"SELECT * FROM ({sql}) AS s WHERE 1 = 0"
         # the SQL preset starts each model turn with its response_prefix, sent as a prefill
         last = body["messages"][-1]
-        opening = (
-            "" if last["role"] == "assistant" and last["content"] == "<solution>" else "<solution>"
-        )
-        reply = {
-            "choices": [
-                {
-                    "message": {"role": "assistant", "content": f"{opening}{sql}</solution>"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"completion_tokens": 10},
-        }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        prefilled = last["role"] == "assistant" and last["content"] == "<solution>"
+        return f"{'' if prefilled else '<solution>'}{sql}</solution>"
 
-    def log_message(self, *args: Any) -> None:
-        pass
+    return answer
 
 
 def test_a_model_that_answers_half_scores_half_on_every_driver(tmp_path, postgres):
     dev = load_suite("dev")[:16]
-    _Answerer.gold = {str(t.prompt): (i, str(t.answer)) for i, t in enumerate(dev)}
-    server = HTTPServer(("127.0.0.1", 0), _Answerer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    model = f"openai:oracle@http://127.0.0.1:{server.server_port}/v1"
-    try:
+    gold = {str(t.prompt): (i, str(t.answer)) for i, t in enumerate(dev)}
+    with stand_in_openai(_answerer(gold), tokens=10) as url:
         got = {
-            name: _eval(tmp_path, name, "--model", model, "--limit", "16", *dsn)
+            name: _eval(tmp_path, name, "--model", f"openai:oracle@{url}", "--limit", "16", *dsn)
             for name, dsn in _dsns(postgres).items()
         }
-    finally:
-        server.shutdown()
     for name, (report, _) in got.items():
         assert report["accuracy"] == 0.5, (name, report)
     assert got["sqlite"][1] == got["duckdb"][1] == got["postgresql"][1]
