@@ -529,6 +529,14 @@ class Sandbox:
         self.inner_workdir = INNER_WORKDIR if self.backend == "bwrap" else str(path)
         name = f"{_PREFIX}{os.getpid()}-{uid if uid is not None else path.name}"
         self.memory_cgroup = _make_memory_cgroup(name, limits.memory_mb * 1024 * 1024)
+        self.view: list[str] = []
+        """Extra bwrap arguments of every command (`environments.harbor`'s image layout)."""
+        self.mount_workdir = True
+        """Bind the work dir at `/work` (a Harbor layout binds its parts elsewhere instead)."""
+        self.env: dict[str, str] = {}
+        """Added to every command's clean environment (before a call's own `env`)."""
+        self.entrypoint: list[str] = []
+        """Put before every command line (a Docker ENTRYPOINT, run in each bwrap)."""
         self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
         self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped
         self._finalizer = weakref.finalize(self, _State.close, self._state)
@@ -548,12 +556,18 @@ class Sandbox:
         return nproc, lim.memory_mb // nproc
 
     def argv(
-        self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
+        self,
+        argv: list[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        view: list[str] | None = None,
     ) -> list[str]:
         """The full wrapped command line, for a caller that spawns it itself.
 
         `cwd` is relative to (or inside) the inner work dir; `env` is added to the clean
-        environment. Spawn it in its own session (`start_new_session=True`).
+        environment; `view`, extra bwrap arguments of this command alone (a `/tests` bind).
+        Spawn it in its own session (`start_new_session=True`).
         """
         if self._state.closed:
             raise RuntimeError("the sandbox is closed")
@@ -585,15 +599,19 @@ class Sandbox:
                 home_dir = Path(home).resolve()
                 if any(home_dir.is_relative_to(p) and home_dir != Path(p) for p in SYSTEM_DIRS):
                     cmd += [*size, "--tmpfs", str(home_dir)]
-            cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
+            if self.mount_workdir:
+                cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
+            cmd += [*self.view, *(view or [])]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
-            cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", INNER_WORKDIR]
+            cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         if self.backend == "fallback":
             clean["TMPDIR"] = self.inner_workdir
+        clean.update(self.env)
         clean.update(env or {})
-        cmd += ["env", "-i", "-C", inner, *(f"{k}={v}" for k, v in clean.items()), *argv]
+        cmd += ["env", "-i", "-C", inner, *(f"{k}={v}" for k, v in clean.items())]
+        cmd += [*self.entrypoint, *argv]
         return cmd
 
     def _track(self, proc: Any) -> None:
@@ -604,7 +622,12 @@ class Sandbox:
 
     def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen:
         """A long-lived tracked process in its own session; `cwd`/`env` mean as in `argv`."""
-        cmd = self.argv(argv, cwd=kwargs.pop("cwd", None), env=kwargs.pop("env", None))
+        cmd = self.argv(
+            argv,
+            cwd=kwargs.pop("cwd", None),
+            env=kwargs.pop("env", None),
+            view=kwargs.pop("view", None),
+        )
         kwargs["start_new_session"] = True
         proc = subprocess.Popen(cmd, env=_WRAPPER_ENV, **kwargs)
         self._track(proc)
@@ -629,12 +652,14 @@ class Sandbox:
         timeout: float | None = None,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
+        view: list[str] | None = None,
     ) -> Result:
         """Run one command to completion (or to the timeout / output cap, then kill it)."""
         proc = self.popen(
             argv,
             cwd=cwd,
             env=env,
+            view=view,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

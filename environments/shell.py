@@ -1,9 +1,12 @@
 """`skyrl/Shell-v0`: do a Harbor-format terminal task in a persistent, sandboxed bash.
 
-The task is a Harbor folder (`task.metadata["task_dir"]`, format and verifier contract in
-`tasks/harbor.py`). `reset` builds a fresh `Sandbox`, copies `environment/files/` into its
-work dir, runs `environment/setup.sh` there, and starts one bash on a pty that lives for the
-whole episode, so `cd`, variables and functions persist between actions.
+The task is a Harbor folder (`task.metadata["task_dir"]`, format in `tasks/harbor.py`),
+run as Harbor runs it (`environments/harbor.py`): `reset` builds the task's image once
+(cached), refuses with a one-line reason a task whose Dockerfile cannot be honoured here,
+lays a private copy of the image out at Harbor's paths in a fresh `Sandbox` (the agent works
+in the WORKDIR, default /app) and starts one bash on a pty that lives for the whole
+episode, so `cd`, variables and functions persist between actions. `run_oracle()` runs the
+task's `solution/solve.sh` as Harbor's oracle agent does.
 
 Action grammar (the model's text; `stop_strings` end generation at a closing tag):
 
@@ -19,43 +22,37 @@ it stands and truncates the episode. Every failure is an observation, never an e
 The shell, its command protocol and its limits (`timeout_s`, `Limits.output_bytes`, a
 flood of output) are `environments.bash`'s.
 
-Rewards: grading kills every process of the agent, copies the task's `tests/` into the
-sandbox (never seen before), runs `tests/test.sh`, and reads `reward.txt` or `reward.json`
-(`read_reward`). No reward file, or an invalid one, scores 0.0 and `info["reward_error"]`
-says why. A truncated episode scores the verifier's reward minus `format_penalty`; every
-other turn scores 0.0.
+Rewards: grading kills every process of the agent, clears stale reward files, puts the
+task's `tests/` at /tests (never seen before), runs `/tests/test.sh` with `[verifier].env`,
+and reads `reward.json` (wins) or `reward.txt` (`read_reward`); `reward_key` picks the key
+of a multi-key reward.json (default `reward`, else the mean); `info["rewards"]` has them
+all. No reward file, or an invalid one, scores 0.0 and `info["reward_error"]` says why. A
+truncated episode scores the verifier's reward minus `format_penalty`; every other turn
+scores 0.0.
 """
 
 from __future__ import annotations
 
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from environments import text_env
-from environments.bash import (
-    GRAMMAR,
-    TAGS,
-    Bash,
-    chown_tree,
-    intro,
-    open_sandbox,
-    parse_action,
-    quote_command,
-)
+from environments import harbor, text_env
+from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
-from tasks.harbor import load_harbor_task, read_reward, verifier_timeout
+from tasks.harbor import load_harbor_task, read_reward, solution_env, verifier_env, verifier_timeout
 from tasks.task import Task
 
 __all__ = ["MAX_ACTION_CHARS", "ActionError", "ShellEnv", "parse_action", "quote_command"]
 
 MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space (observations are capped far lower by the limits)."""
+OLD_VERIFIER_ENV = {"TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier"}
+"""Set for verifiers written for skyrl before it had Harbor's paths (Harbor sets neither)."""
 VERIFIER_DISK_MB = 256
 """Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
 
@@ -74,6 +71,7 @@ class ShellEnv(gym.Env):
         timeout_s: float | None = None,
         limits: Limits | None = None,
         task_dir: str | Path | None = None,
+        reward_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
@@ -87,12 +85,23 @@ class ShellEnv(gym.Env):
         self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
         self._task: Task | None = None
+        self._layout: harbor.Layout | None = None
+        self.reward_key = reward_key
+        """The reward.json key that is the training reward; None: `reward` if present, else
+        the mean of all keys (the whole dict is kept in `info["rewards"]`)."""
         self._turns_left = 0
 
     @property
     def sandbox(self) -> Sandbox | None:
         """The current episode's sandbox (None before the first reset and after close)."""
         return self._sandbox
+
+    @property
+    def files(self) -> Path | None:
+        """Where the episode's WORKDIR (`/app`) is on the host (None between episodes)."""
+        if self._layout is None:
+            return None
+        return self._layout.host_path(self._layout.image.workdir)
 
     # ------------------------------------------------------------------------ episode
 
@@ -114,21 +123,21 @@ class ShellEnv(gym.Env):
         if not (folder / "tests" / "test.sh").is_file():
             raise ValueError(f"task {task.id!r}: {folder} is not a Harbor task (no tests/test.sh)")
         self.close()
-        files = folder / "environment" / "files"
-        self._sandbox = sandbox = open_sandbox(self.limits, files, task.id)
-        setup = folder / "environment" / "setup.sh"
-        if setup.is_file():
-            script = "set -o pipefail; bash -s 2>&1 | tail -c 2000"  # quiet: run() caps output
-            result = sandbox.run(["bash", "-c", script], input=setup.read_bytes(), timeout=120)
-            if result.returncode != 0:
-                self.close()
-                raise ValueError(
-                    f"task {task.id!r}: environment/setup.sh failed ({result.returncode}): "
-                    f"{result.stdout}{result.stderr}"
-                )
+        img = harbor.image(folder)
+        line = harbor.preflight_line(task.id, img)
+        if line is not None:
+            raise ValueError(line)
+        self._sandbox = sandbox = Sandbox(self.limits)
+        try:
+            self._layout = harbor.Layout(img, sandbox)
+        except (OSError, ValueError, shutil.Error) as e:
+            self.close()
+            raise ValueError(
+                f"task {task.id!r}: its image could not be laid out ({str(e)[:300]})"
+            ) from None
         self._bash = Bash(sandbox, self.limits)
         self._task, self._turns_left = task, self.max_turns
-        shell = intro(sandbox, self.limits, "the task's files")
+        shell = intro(sandbox, self.limits, "the task's files")  # the image's WORKDIR
         observation = (
             f"{text_env.last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
         )
@@ -177,23 +186,21 @@ class ShellEnv(gym.Env):
         sandbox.kill_all()
         self._bash = None
         sandbox.grow_disk(VERIFIER_DISK_MB)  # the agent may have filled the work dir
-        vdir = sandbox.workdir / f".skyrl-verifier-{secrets.token_hex(8)}"
-        logs = vdir / "logs" / "verifier"
-        try:
-            shutil.copytree(
-                Path(task.metadata["task_dir"]) / "tests", vdir / "tests", symlinks=True
-            )
-            logs.mkdir(parents=True)
-        except OSError as e:  # shutil.Error too
-            why = f"the tests could not be copied into the work dir ({str(e)[:300]})"
-            return None, {}, why, {"returncode": None, "timed_out": False, "output": ""}
-        chown_tree(vdir, sandbox.uid)
-        inner = f"{sandbox.inner_workdir}/{vdir.name}"
+        layout = self._layout
+        assert layout is not None
+        none = {"returncode": None, "timed_out": False, "output": ""}
+        try:  # as Harbor: stale rewards go; the agent may have left links or files there
+            logs = layout.fresh_dir("/logs/verifier")
+            view = layout.private("tests", Path(task.metadata["task_dir"]) / "tests")
+        except (OSError, ValueError) as e:  # shutil.Error too
+            return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
         timeout = verifier_timeout(task)
+        command = "chmod +x /tests/test.sh; (/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
         result = sandbox.run(
-            ["bash", "-c", 'bash "$TESTS_DIR/test.sh" >"$LOGS_DIR/test-stdout.txt" 2>&1'],
+            ["bash", "-c", command],
             timeout=timeout,
-            env={"TESTS_DIR": f"{inner}/tests", "LOGS_DIR": f"{inner}/logs/verifier"},
+            env={**OLD_VERIFIER_ENV, **verifier_env(task)},
+            view=view,
         )
         sandbox.kill_all()
         output = logs / "test-stdout.txt"
@@ -203,13 +210,32 @@ class ShellEnv(gym.Env):
                 f.seek(max(0, output.stat().st_size - 2000))
                 tail = f.read().decode("utf-8", "replace")
         verifier = {"returncode": result.returncode, "timed_out": result.timed_out, "output": tail}
-        reward, named, error = read_reward(logs)
+        reward, named, error = read_reward(logs, self.reward_key)
         if error and result.timed_out:
             error += f" (test.sh was stopped at its {timeout:g} s limit)"
         return reward, named, error, verifier
+
+    def run_oracle(self) -> dict[str, Any]:
+        """Run the task's `solution/solve.sh` as Harbor's oracle agent does: `solution/` copied
+        to `/solution` for this one command (never for the policy), output to
+        `/logs/agent/oracle.txt`, the `[agent]` time limit. Then `step("<submit/>")` grades."""
+        sandbox, task, layout = self._sandbox, self._task, self._layout
+        if sandbox is None or task is None or layout is None:
+            raise RuntimeError("reset() first")
+        solution = Path(task.metadata["task_dir"]) / "solution"
+        if not (solution / "solve.sh").is_file():
+            raise ValueError(f"task {task.id!r} has no solution/solve.sh")
+        command = "chmod +x /solution/solve.sh; (/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
+        result = sandbox.run(
+            ["bash", "-c", command],
+            timeout=float(task.metadata.get("agent_timeout_s") or 600),
+            env=solution_env(task),
+            view=layout.private("solution", solution),
+        )
+        return {"returncode": result.returncode, "timed_out": result.timed_out}
 
     def close(self) -> None:
         """Kill every process of the episode and remove its work dir."""
         if self._sandbox is not None:
             self._sandbox.close()
-        self._sandbox = self._bash = self._task = None
+        self._sandbox = self._bash = self._task = self._layout = None

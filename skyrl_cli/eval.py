@@ -19,6 +19,7 @@ Environment tasks (accuracy; pass@k with --n-samples):
   skyrl eval --model runs/math-20261130-101500          # the run's env, config, last checkpoint
   skyrl eval --model runs/<id>/checkpoints/step-000010 --split test --n-samples 8
   skyrl eval --env sql --model openai:gpt-4o-mini@https://api.openai.com/v1
+  skyrl eval --env shell --agent oracle --tasks path/to/harbor-tasks   # each should score 1
 
 \b
 SWE-bench-format suites (resolved rate, predictions.jsonl):
@@ -85,7 +86,12 @@ def eval_(
         Path | None, typer.Option("--repos", help="SWE: folder of owner__name repositories.")
     ] = None,
     agent: Annotated[
-        str, typer.Option("--agent", help="SWE: shell (a model with bash), gold, or empty.")
+        str,
+        typer.Option(
+            "--agent",
+            help="SWE: shell (a model with bash), gold, or empty. --env shell: oracle (the "
+            "tasks' solve.sh, as Harbor's oracle) or noop, without a model.",
+        ),
     ] = "shell",
     workers: Annotated[int, typer.Option("--workers", help="SWE: instances in parallel.")] = 4,
     resume: Annotated[
@@ -119,6 +125,13 @@ def eval_(
             max_turns=max_turns or 10, max_new_tokens=max_new_tokens, seed=seed,
         )  # fmt: skip
         _guarded(lambda: run_swe_eval(opts))
+        return
+    if env == "shell" and agent != "shell":
+        from skyrl_cli.eval_oracle import harbor_tasks, run_reference_agent
+
+        sets = dict(s.split("=", 1) for s in (set_ or []) if s.startswith("env.kwargs."))
+        kwargs = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
+        _guarded(lambda: run_reference_agent(agent, harbor_tasks(tasks, split), kwargs))
         return
     if model is None:
         fail(

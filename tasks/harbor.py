@@ -9,24 +9,17 @@ A Harbor task (laude-institute/harbor, the Terminal-Bench format) is one folder:
     tests/test.sh       the verifier; writes the reward file
     solution/solve.sh   a reference solution (the "oracle"), never shown to the agent
 
-How skyrl uses `environment/` (there is no Docker here; `environments/shell.py` runs the task
-in a bubblewrap sandbox on the host's own read-only system):
+How skyrl runs it (`environments/harbor.py`, docs/environments.md): the Dockerfile is
+honoured as far as the machine allows (FROM = the host's system; WORKDIR, ENV, COPY/ADD
+from `environment/`, RUN once at build time, cached; ENTRYPOINT before each command) in a
+bubblewrap sandbox at Harbor's paths: the WORKDIR (default /app), /logs/agent, and, only
+for the verifier, /tests and /logs/verifier.
 
-    environment/files/     copied into the sandbox's work dir (Harbor: `COPY files/ /app/`)
-    environment/setup.sh   optional; run once with bash inside the sandbox, in the work dir,
-                           after the copy (Harbor: a `RUN` step), e.g. to build a git repository
-    environment/Dockerfile ignored by skyrl; it keeps the folder runnable by Harbor itself
-
-So a task may only use the tools of a Debian base (bash, coreutils, sed, awk, grep, git,
-python3, tar, gzip); a task that needs packages its Dockerfile installs will fail here.
-
-The verifier contract (as Harbor's, with two paths passed in the environment): after the
-agent submits, `tests/` is copied into the sandbox (the agent never sees it) and
-`tests/test.sh` runs with bash, in the work dir (Harbor: the image's WORKDIR), with
-`TESTS_DIR` (Harbor: `/tests`) and `LOGS_DIR` (Harbor: `/logs/verifier`) set and the
-`[verifier] timeout_sec` as its time limit. It writes `$LOGS_DIR/reward.txt` (one number) or
-`$LOGS_DIR/reward.json` (named numbers; skyrl uses `reward` if present, else their mean).
-Our tasks write `"${LOGS_DIR:-/logs/verifier}/reward.txt"`, so they also run under Harbor.
+The verifier contract, as Harbor's: after the agent, `tests/` is put at /tests and
+`/tests/test.sh` runs in the WORKDIR with `[verifier].env` and `[verifier] timeout_sec`;
+it writes `/logs/verifier/reward.json` (named numbers) or `/logs/verifier/reward.txt` (one
+number), and reward.json wins when both exist. Our bundled tasks also read `LOGS_DIR` and
+`TESTS_DIR`, which skyrl sets to the same paths.
 
 `load_suite(split)` returns the tasks bundled in `tasks/shell/`; each belongs to one fixed
 split (`SPLITS`), so held-out tasks are never trained on.
@@ -38,6 +31,7 @@ import functools
 import json
 import math
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -50,6 +44,8 @@ __all__ = [
     "load_harbor_task",
     "load_suite",
     "read_reward",
+    "solution_env",
+    "verifier_env",
     "verifier_timeout",
 ]
 
@@ -116,8 +112,16 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     tags = meta.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
-    verifier = _seconds(_table(config, "verifier", toml_path), f"{toml_path}: [verifier]")
+    verifier_table = _table(config, "verifier", toml_path)
+    verifier = _seconds(verifier_table, f"{toml_path}: [verifier]")
     agent = _seconds(_table(config, "agent", toml_path), f"{toml_path}: [agent]")
+    envs = {
+        name: _env_table(table, f"{toml_path}: [{name}].env")
+        for name, table in (
+            ("verifier", verifier_table),
+            ("solution", _table(config, "solution", toml_path)),
+        )
+    }
     if split is not None and split not in SPLIT_NAMES:
         raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLIT_NAMES)}")
     return Task(
@@ -134,8 +138,36 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
             "verifier_timeout_s": verifier or DEFAULT_VERIFIER_TIMEOUT_S,
             "agent_timeout_s": agent,
             "has_solution": (task_dir / "solution" / "solve.sh").is_file(),
+            **{f"{name}_env": env for name, env in envs.items() if env},
         },
     )
+
+
+def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    value = table.get("env", {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"{where} must be a table of names to strings")
+    return {k: str(v) for k, v in value.items()}
+
+
+def _task_env(task: Task, key: str) -> dict[str, str]:
+    """A task.toml `env` table with Harbor's `${VAR}` / `${VAR:-default}` read from ours."""
+    value = task.metadata.get(key) or {}
+    pattern = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+    return {
+        str(k): pattern.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), str(v))
+        for k, v in value.items()
+    }
+
+
+def verifier_env(task: Task) -> dict[str, str]:
+    """The `[verifier].env` of the task (Harbor passes it to tests/test.sh)."""
+    return _task_env(task, "verifier_env")
+
+
+def solution_env(task: Task) -> dict[str, str]:
+    """The `[solution].env` of the task (Harbor passes it to solution/solve.sh)."""
+    return _task_env(task, "solution_env")
 
 
 def verifier_timeout(task: Task) -> float:
@@ -161,13 +193,16 @@ def load_suite(split: str | None = None) -> list[Task]:
     return [t for t in _suite() if split is None or t.split == split]
 
 
-def read_reward(logs_dir: Path) -> tuple[float | None, dict[str, float], str | None]:
-    """(reward, named rewards, error) from Harbor's `reward.txt` or `reward.json` in logs_dir.
+def read_reward(
+    logs_dir: Path, reward_key: str | None = None
+) -> tuple[float | None, dict[str, float], str | None]:
+    """(reward, named rewards, error) from Harbor's `reward.json` or `reward.txt` in logs_dir.
 
-    reward.txt holds one number; reward.json an object of named numbers (its `reward`, else
-    the mean of all of them) or one number. A missing, oversized, non-regular or unparsable
-    file gives (None, {}, the reason)."""
-    for name in ("reward.txt", "reward.json"):
+    As Harbor: `reward.json` wins when both exist. reward.txt holds one number; reward.json
+    an object of named numbers or one number. All of them are kept (named rewards); the
+    reward is the one named `reward_key`, else `reward`, else their mean. A missing,
+    oversized, non-regular or unparsable file gives (None, {}, the reason)."""
+    for name in ("reward.json", "reward.txt"):
         path = logs_dir / name
         if not os.path.lexists(path):
             continue
@@ -191,6 +226,10 @@ def read_reward(logs_dir: Path) -> tuple[float | None, dict[str, float], str | N
         ):
             return None, {}, f"{name} holds {text[:80]!r}, not finite named numbers"
         named = {str(k): float(v) for k, v in named.items()}
+        if reward_key is not None:
+            if reward_key not in named:
+                return None, named, f"{name} has no {reward_key!r} (env.kwargs.reward_key)"
+            return named[reward_key], named, None
         reward = named.get("reward", sum(named.values()) / len(named))
         return reward, named, None
-    return None, {}, "the verifier wrote neither reward.txt nor reward.json"
+    return None, {}, "the verifier wrote neither reward.json nor reward.txt"

@@ -208,7 +208,7 @@ def test_filling_the_disk_is_an_error_and_grading_still_works(task):
     n = cap // 60 + 2
     obs = act(env, fill.format(n=n, folder="."))
     assert "No space left on device" in obs, obs
-    used = sum(f.stat().st_size for f in env.sandbox.workdir.iterdir() if f.is_file())
+    used = sum(f.stat().st_size for f in env.files.iterdir() if f.is_file())
     assert used <= cap * 2**20
     act(env, "rm -f big*")
     for folder in ("/tmp", "/dev/shm"):

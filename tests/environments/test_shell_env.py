@@ -117,7 +117,7 @@ def test_reset_copies_files_and_explains_the_grammar(env, task):
     assert "<bash>command</bash>" in obs and "<submit/>" in obs and "1 s" in obs
     assert obs.endswith("Turns left: 30")
     assert info == {"turns_left": 30, "error": None, "task_id": "answer-42"}
-    assert (env.sandbox.workdir / "sub" / "hello.txt").read_text() == "hello\n"
+    assert (env.files / "sub" / "hello.txt").read_text() == "hello\n"
 
 
 def test_state_persists_and_exit_codes_show(env, task):
@@ -141,7 +141,7 @@ def test_long_commands_arrive_intact(env, task):
         command = f"cat > big.txt <<'EOF'\n{text}\nEOF\nwc -c < big.txt"
         assert len(command) < shell_env.MAX_ACTION_CHARS
         assert run(env, command).startswith(f"{len(text.encode()) + 1}\n[exit code: 0]")
-        assert (env.sandbox.workdir / "big.txt").read_text() == text + "\n"
+        assert (env.files / "big.txt").read_text() == text + "\n"
 
 
 def test_long_output_keeps_head_and_tail(task):
@@ -218,12 +218,12 @@ def test_the_agent_cannot_outlive_its_episode(env, task):
     "mode, reward, error",
     [
         ("json", 0.5, None),
-        ("none", 0.0, "the verifier wrote neither reward.txt nor reward.json"),
+        ("none", 0.0, "the verifier wrote neither reward.json nor reward.txt"),
         ("bad", 0.0, "reward.txt holds 'lots', not a number"),
         (
             "slow",
             0.0,
-            "the verifier wrote neither reward.txt nor reward.json (test.sh was stopped at its 2 s limit)",
+            "the verifier wrote neither reward.json nor reward.txt (test.sh was stopped at its 2 s limit)",
         ),
     ],
 )
@@ -257,7 +257,9 @@ def test_setup_script_and_task_dir_override(tmp_path, task):
     assert run(env, "cat start.txt").startswith("41\n")
     env.close()
     (folder / "environment" / "setup.sh").write_text("exit 4\n")
-    with pytest.raises(ValueError, match="setup.sh failed"):
+    with pytest.raises(
+        ValueError, match=r"setup: cannot run as Harbor would: RUN bash /tmp/setup.sh .*exit 4"
+    ):
         env.reset()
     with pytest.raises(ValueError, match="names no Harbor folder"):
         ShellEnv().reset(options={"task": Task(id="x", env="shell", prompt="p")})

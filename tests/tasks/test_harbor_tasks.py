@@ -86,15 +86,19 @@ def test_read_reward_txt_json_and_errors(tmp_path):
     assert read_reward(tmp_path) == (
         None,
         {},
-        "the verifier wrote neither reward.txt nor reward.json",
+        "the verifier wrote neither reward.json nor reward.txt",
     )
     (tmp_path / "reward.json").write_text(json.dumps({"a": 1, "b": 0}))
     assert read_reward(tmp_path) == (0.5, {"a": 1.0, "b": 0.0}, None)
     (tmp_path / "reward.json").write_text(json.dumps({"a": 1, "reward": 0.25}))
     assert read_reward(tmp_path)[0] == 0.25
+    assert read_reward(tmp_path, "a") == (1.0, {"a": 1.0, "reward": 0.25}, None)
+    assert "has no 'b'" in read_reward(tmp_path, "b")[2]
+    (tmp_path / "reward.txt").write_text(" 0.75\n")  # reward.json wins, as in Harbor 0.26
+    assert read_reward(tmp_path)[0] == 0.25
     (tmp_path / "reward.json").write_text('{"a": "yes"}')
     assert read_reward(tmp_path)[2] and read_reward(tmp_path)[0] is None
-    (tmp_path / "reward.txt").write_text(" 0.75\n")  # reward.txt wins, as in Harbor
+    (tmp_path / "reward.json").unlink()
     assert read_reward(tmp_path) == (0.75, {"reward": 0.75}, None)
     for bad in ("nan", "one", "", "inf"):
         (tmp_path / "reward.txt").write_text(bad)
@@ -127,9 +131,15 @@ def test_suite_has_fixed_disjoint_splits_and_a_mix_of_tasks():
         load_suite("validation")
 
 
+def run_in(env, command):
+    """The agent's view: what `command` prints (stderr dropped) and its exit code."""
+    obs = env.step(f"<bash>{command} 2>/dev/null</bash>")[0]
+    return obs.split("\nTurns left")[0].strip()
+
+
 @pytest.fixture(scope="module")
 def env():
-    env = ShellEnv(max_turns=3, timeout_s=20)
+    env = ShellEnv(max_turns=4, timeout_s=20)
     yield env
     env.close()
 
@@ -139,9 +149,11 @@ def test_shipped_solution_scores_one_and_empty_attempt_zero(env, task):
     solution = (Path(task.metadata["task_dir"]) / "solution" / "solve.sh").read_text()
     obs, info = env.reset(options={"task": task})
     assert task.prompt in obs and info["task_id"] == task.id
+    assert "You are in a bash shell in /app," in obs  # the Dockerfile's WORKDIR
     obs, reward, terminated, _, info = env.step(f"<bash>{solution}</bash>")
     assert obs.startswith("[exit code: 0]"), obs
-    assert "tests" not in {p.name for p in env.sandbox.workdir.iterdir()}  # never visible
+    assert "tests-copy" not in {p.name for p in env.sandbox.workdir.iterdir()}  # not yet
+    assert run_in(env, "ls -d /tests /solution") == "[exit code: 2]"  # never the policy's
     obs, reward, terminated, truncated, info = env.step("Done. <submit/>")
     assert (reward, terminated, truncated, info["correct"]) == (1.0, True, False, True), info
     assert info["reward_error"] is None and info["submitted"]

@@ -1,0 +1,680 @@
+"""A Harbor task's container, as far as this machine allows: its Dockerfile built once into a
+cached layer, laid out in a bubblewrap sandbox at Harbor's paths.
+
+Harbor (harbor-framework/harbor) builds `environment/Dockerfile`, starts the image with its
+ENTRYPOINT (command `sleep infinity`) and `docker exec`s everything in the image's WORKDIR
+with its ENV: the agent (logs in `/logs/agent`), the oracle (its `solution/` copied to
+`/solution`, `solve.sh` run with output to `/logs/agent/oracle.txt`) and, after the agent,
+the verifier (`tests/` copied to `/tests`, `/tests/test.sh` run with `[verifier].env`, output
+to `/logs/verifier/test-stdout.txt`; `reward.json` is read if present, else `reward.txt`).
+
+Here there is no container: the Dockerfile is read step by step. `FROM` is the host's own
+system (read-only); `WORKDIR`, `ENV`, `ARG` and `COPY`/`ADD` of files in `environment/` are
+done as written; `RUN` runs once, at build time, in a build sandbox that sees the image's
+files at their paths, and what it writes into them (the WORKDIRs, COPY targets, `/tmp`,
+`/logs`) is the image's layer, cached by a digest of the Dockerfile and its context
+(`image`). Each episode gets a private copy of the layer bound at its paths (`Layout`), a
+writable `/etc/hosts` of its own (as Docker gives) and the ENTRYPOINT run before each of its
+commands (the agent's shell, the oracle, the verifier) in the same sandbox. A step that
+cannot be honoured (a package the host lacks, a network fetch, a COPY from outside the
+context, an ENTRYPOINT that fails) is `Image.problems`: `preflight_line` says it in one line.
+
+Offline verifiers: `apt-get`/`apt` are shims that succeed for packages the host has; `curl`
+of Astral's uv installer installs a uv fetched ahead of time from PyPI; `uv`/`uvx` run
+offline (`UV_OFFLINE`) on wheels of every `NAME==VERSION` pin of `tests/test.sh`, downloaded
+ahead of time with pip (`provision`). All of it lives in `cache_root()`.
+
+Attacker-controlled: every file of the task folder. COPY sources must stay inside
+`environment/` after symlinks are resolved, nothing is ever written through a symlink of the
+layer, and a layer symlink is recreated inside the sandbox (`--symlink`), never bound from
+the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import posixpath
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+
+from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
+
+__all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
+
+BUILD_VERSION = "1"
+"""Part of every image digest: bump when the build's meaning changes."""
+KIT = "/.skyrl-offline"
+"""Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
+DEFAULT_UV = "0.9.7"
+"""The uv a `https://astral.sh/uv/install.sh` without a version gets."""
+BUILD_TIMEOUT_S = 600.0
+PROBE_S = 1.5
+"""How long the ENTRYPOINT probe lets the entrypoint run before its command exits."""
+MAX_CONTEXT_BYTES = 64 * 1024 * 1024
+_PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]+\])?)==([0-9][\w.+!-]*)")
+_UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
+
+
+def cache_root() -> Path:
+    """`$SKYRL_HARBOR_CACHE`, else `skyrl-harbor-<uid>` in the temp dir: a folder the
+    sandbox's uid can read (a home folder is often mode 0700). Refused when someone else
+    owns it or may write it."""
+    env = os.environ.get("SKYRL_HARBOR_CACHE")
+    root = Path(env) if env else Path(tempfile.gettempdir()) / f"skyrl-harbor-{os.geteuid()}"
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ValueError(f"the Harbor cache {root} is not a folder of ours that only we may write")
+    root.chmod(0o755)
+    return root
+
+
+# ---------------------------------------------------------------------------- the Dockerfile
+
+
+@dataclass
+class Image:
+    """What a built Dockerfile gives an episode."""
+
+    digest: str
+    workdir: str = "/app"
+    env: dict[str, str] = field(default_factory=dict)
+    entrypoint: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Steps not honoured here, each `STEP: why` (empty: the image is as Harbor's)."""
+    layer: str = ""
+    """Host folder of the built layer (paths below it are paths from the sandbox's root)."""
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    steps: list[tuple[str, str]] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not current and (not line or line.startswith("#")):
+            continue
+        if current and line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        current += line
+        word, _, rest = current.strip().partition(" ")
+        steps.append((word.upper(), rest.strip()))
+        current = ""
+    if current.strip():
+        word, _, rest = current.strip().partition(" ")
+        steps.append((word.upper(), rest.strip()))
+    return steps
+
+
+def _expand(text: str, variables: dict[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        return variables.get(name, "")
+
+    return re.sub(r"\$\{(\w+)(?::-[^}]*)?\}|\$(\w+)", sub, text)
+
+
+def _words(args: str) -> list[str] | None:
+    """The exec form (`["a", "b"]`) as a list, or None for the shell form."""
+    if args.startswith("["):
+        with contextlib.suppress(ValueError):
+            value = json.loads(args)
+            if isinstance(value, list) and all(isinstance(v, str) for v in value):
+                return value
+    return None
+
+
+def _pairs(args: str) -> dict[str, str]:
+    """ENV/ARG arguments: `K=V K2="V 2"` or the old `K V`."""
+    if "=" not in args.split(" ", 1)[0]:
+        key, _, value = args.partition(" ")
+        return {key: value.strip()}
+    out = {}
+    for token in shlex.split(args):
+        key, _, value = token.partition("=")
+        out[key] = value
+    return out
+
+
+def _context_digest(task_dir: Path, dockerfile: str) -> str:
+    h = hashlib.sha256(f"{BUILD_VERSION}\0{dockerfile}\0".encode())
+    env_dir = task_dir / "environment"
+    for folder, dirs, files in os.walk(env_dir):
+        dirs.sort()
+        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+            path = Path(folder) / name
+            rel = path.relative_to(env_dir).as_posix()
+            st = path.lstat()
+            h.update(f"{rel}\0{st.st_mode:o}\0".encode())
+            if stat.S_ISLNK(st.st_mode):
+                h.update(os.readlink(path).encode())
+            elif stat.S_ISREG(st.st_mode):
+                h.update(path.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def dockerfile_of(task_dir: Path) -> str:
+    """The task's Dockerfile, or the one a folder of skyrl's older form implies
+    (`environment/files/` copied to /app, `environment/setup.sh` run there)."""
+    path = task_dir / "environment" / "Dockerfile"
+    if path.is_file() and not path.is_symlink():
+        return path.read_text(encoding="utf-8", errors="replace")
+    lines = ["FROM host", "WORKDIR /app"]
+    if (task_dir / "environment" / "files").is_dir():
+        lines.append("COPY files/ /app/")
+    if (task_dir / "environment" / "setup.sh").is_file():
+        lines += ["COPY setup.sh /tmp/setup.sh", "RUN bash /tmp/setup.sh && rm /tmp/setup.sh"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- the layout
+
+
+def _shown(path: str) -> bool:
+    """True when `path` exists in a bare sandbox's view (a host system dir, read-only)."""
+    parts = PurePosixPath(path).parts
+    if len(parts) < 2 or f"/{parts[1]}" not in SYSTEM_DIRS:
+        return False
+    return not any(path == d or path.startswith(d + "/") for d in HIDDEN_DIRS)
+
+
+def layer_view(root: Path) -> list[str]:
+    """bwrap arguments that show the layer at `root` at its paths over the host's system.
+
+    A new entry in a host dir (`/etc/x`) shadows that dir with a tmpfs holding the host's
+    entries (read-only) and the layer's; an entry that is new at the top, or under a
+    sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox."""
+    args: list[str] = []
+
+    def walk(rel: str) -> None:
+        here = root / rel.lstrip("/")
+        names = sorted(os.listdir(here))
+        if rel != "/" and _shown(rel) and any(not os.path.lexists(f"{rel}/{n}") for n in names):
+            args.extend(["--tmpfs", rel])
+            for name in sorted(os.listdir(rel)):
+                host = f"{rel}/{name}"
+                if name in names:
+                    continue
+                if os.path.islink(host):
+                    args.extend(["--symlink", os.readlink(host), host])
+                elif os.path.isdir(host) or os.path.isfile(host):
+                    args.extend(["--ro-bind", host, host])
+        for name in names:
+            src, dest = here / name, posixpath.join(rel, name)
+            if src.is_symlink():
+                if not os.path.lexists(dest):
+                    args.extend(["--symlink", os.readlink(src), dest])
+            elif src.is_dir() and _shown(dest) and os.path.isdir(dest):
+                walk(dest)
+            elif src.is_dir() or src.is_file():
+                args.extend(["--bind", str(src), dest])
+
+    walk("/")
+    return args
+
+
+def _safe_target(root: Path, inner: str) -> Path:
+    """root/inner for writing, refusing any symlink on the way (a layer link to the host)."""
+    parts = PurePosixPath(posixpath.normpath("/" + inner)).parts[1:]
+    path = root
+    for part in parts:
+        path = path / part
+        if path.is_symlink():
+            raise ValueError(f"{inner} goes through a symlink of the image")
+    return path
+
+
+@dataclass
+class Layout:
+    """One episode's private copy of an image, bound at its paths in `sandbox`."""
+
+    image: Image
+    sandbox: Sandbox
+
+    def __post_init__(self) -> None:
+        sb = self.sandbox
+        if sb.backend != "bwrap":
+            raise ValueError(
+                "Harbor tasks need bubblewrap (Debian package `bubblewrap`) for their paths "
+                "(/app, /logs, /tests); the fallback sandbox has none"
+            )
+        self.root = sb.workdir / "root"
+        shutil.copytree(self.image.layer, self.root, symlinks=True)
+        for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
+            _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
+        _chown(sb.workdir, sb.uid)
+        sb.mount_workdir = False
+        sb.view = [*layer_view(self.root), *own_hosts(sb), *kit_view()]
+        sb.inner_workdir = self.image.workdir
+        sb.env = episode_env(self.image)
+        sb.entrypoint = list(self.image.entrypoint)
+
+    def private(self, name: str, source: Path) -> list[str]:
+        """A copy of `source` (tests/, solution/) bound at `/name` for one command."""
+        dest = self.sandbox.workdir / f"{name}-copy"
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(source, dest, symlinks=True)
+        _chown(dest, self.sandbox.uid)
+        return ["--bind", str(dest), f"/{name}"]
+
+    def fresh_dir(self, inner: str) -> Path:
+        """The host path of the layer dir `inner`, emptied of reward files (as Harbor's
+        verifier does) and remade if the agent left a link or a file in its place."""
+        parent = _safe_target(self.root, posixpath.dirname(inner))
+        path = parent / posixpath.basename(inner)
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+        for name in ("reward.txt", "reward.json", "test-stdout.txt"):
+            target = path / name
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.exists():
+                shutil.rmtree(target)
+        _chown(path, self.sandbox.uid)
+        return path
+
+    def host_path(self, inner: str) -> Path:
+        """Where the sandbox's `inner` path (in the layer) is on the host."""
+        return _safe_target(self.root, inner)
+
+
+def own_hosts(sandbox: Sandbox) -> list[str]:
+    """A writable /etc/hosts of the sandbox's own, as Docker gives each container."""
+    hosts = sandbox.workdir / "hosts"
+    if not hosts.exists():
+        shutil.copyfile("/etc/hosts", hosts)
+        if sandbox.uid is not None:
+            os.lchown(hosts, sandbox.uid, sandbox.uid)
+    return ["--bind", str(hosts), "/etc/hosts"]
+
+
+def _chown(root: Path, uid: int | None) -> None:
+    if uid is None:
+        return
+    for folder, dirs, files in os.walk(root):
+        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.lchown(name, uid, uid)
+
+
+def episode_env(image: Image) -> dict[str, str]:
+    """What every command of an episode gets: Harbor's root HOME, the image's ENV, the kit."""
+    env = {"HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", **image.env}
+    env["PATH"] = f"{KIT}/bin:{env.get('PATH', PATH)}"
+    env |= {"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{KIT}/wheels"}
+    env |= {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": "/usr/bin/python3"}
+    env["SKYRL_UV_DIR"] = f"{KIT}/uv"
+    return env
+
+
+# ---------------------------------------------------------------------------- offline kit
+
+_APT = r"""#!/bin/sh
+# skyrl offline apt: the host's installed packages stand for the image's (no network)
+case "$1" in
+  install)
+    shift; missing=""
+    for p in "$@"; do
+      case "$p" in -*) continue ;; esac
+      p="${p%%=*}"
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+    done
+    if [ -n "$missing" ]; then
+      echo "E: Unable to locate package$missing (skyrl: offline, and the host lacks it)" >&2
+      exit 100
+    fi ;;
+esac
+exit 0
+"""
+_CURL = r"""#!/bin/sh
+# skyrl offline curl: Astral's uv installer is served from the kit; the rest is real curl
+for a in "$@"; do
+  case "$a" in
+    *astral.sh/uv/*install.sh) exec cat "$(dirname "$0")/uv-install.sh" ;;
+  esac
+done
+exec /usr/bin/curl "$@"
+"""
+_UV_INSTALL = r"""#!/bin/sh
+# skyrl offline stand-in for https://astral.sh/uv/install.sh: the same files in the same place
+set -e
+dir="${UV_INSTALL_DIR:-${XDG_BIN_HOME:-$HOME/.local/bin}}"
+src="$(ls -d "$SKYRL_UV_DIR"/* | tail -1)"
+mkdir -p "$dir"
+cp "$src/uv" "$src/uvx" "$dir/"
+cat > "$dir/env" <<EOF
+case ":\${PATH}:" in *:"$dir":*) ;; *) export PATH="$dir:\$PATH" ;; esac
+EOF
+echo "installing to $dir"
+"""
+
+
+def verifier_needs(test_sh: str) -> tuple[list[str], list[str]]:
+    """(uv versions, `NAME==VERSION` pins) that an offline run of `test_sh` needs."""
+    uvs = sorted({m.group(1) or DEFAULT_UV for m in _UV_URL.finditer(test_sh)})
+    uses_uv = bool(uvs) or re.search(r"\buvx?\b", test_sh) is not None
+    pins = sorted({f"{m.group(1)}=={m.group(2)}" for m in _PIN.finditer(test_sh)})
+    return (uvs or ([DEFAULT_UV] if uses_uv else [])), pins
+
+
+def _pip_download(args: list[str], dest: Path) -> str | None:
+    """None, or why pip could not fetch `args` into dest."""
+    py = (
+        subprocess.run(
+            [
+                "/usr/bin/python3",
+                "-c",
+                "import sys;print(f'{sys.version_info[0]}.{sys.version_info[1]}')",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        or f"{sys.version_info[0]}.{sys.version_info[1]}"
+    )
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check"]
+    cmd += ["--only-binary=:all:", "--python-version", py, "-d", str(dest), *args]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.startswith("ERROR")] or [""]
+        return lines[-1][:300] or f"pip exited {done.returncode}"
+    return None
+
+
+def provision(test_sh: str) -> list[str]:
+    """Fetch (once, cached) what `test_sh` would download: uv and its pinned wheels.
+    Returns the problems (`uv 0.9.7: why`); none when all is in the kit."""
+    kit = cache_root() / "kit"
+    (kit / "bin").mkdir(parents=True, exist_ok=True)
+    (kit / "wheels").mkdir(exist_ok=True)
+    (kit / "uv").mkdir(exist_ok=True)
+    for name, text in (
+        ("apt-get", _APT),
+        ("apt", _APT),
+        ("curl", _CURL),
+        ("uv-install.sh", _UV_INSTALL),
+    ):
+        path = kit / "bin" / name
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
+            path.chmod(0o755)
+    problems = []
+    uvs, pins = verifier_needs(test_sh)
+    for version in uvs:
+        target = kit / "uv" / version
+        if (target / "uvx").is_file():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            why = _pip_download(["--no-deps", f"uv=={version}"], Path(tmp))
+            wheels = list(Path(tmp).glob("uv-*.whl"))
+            if why or not wheels:
+                problems.append(f"the uv {version} installer: uv could not be fetched ({why})")
+                continue
+            part = Path(tmp) / "uv"
+            part.mkdir()
+            with zipfile.ZipFile(wheels[0]) as whl:
+                for info in whl.infolist():
+                    member = PurePosixPath(info.filename)
+                    if member.parent.name == "scripts" and member.name in ("uv", "uvx"):
+                        (part / member.name).write_bytes(whl.read(info))
+                        (part / member.name).chmod(0o755)
+            if not (part / "uvx").is_file():
+                problems.append(f"the uv {version} installer: its wheel holds no uv/uvx")
+                continue
+            shutil.move(str(part), target)
+    marker = kit / "wheels" / ".pins"
+    have = set(marker.read_text().split()) if marker.is_file() else set()
+    todo = [p for p in pins if p not in have]
+    if todo:
+        why = _pip_download(todo, kit / "wheels")
+        if why:
+            problems.append(f"the verifier's pins {' '.join(todo)}: {why}")
+        else:
+            marker.write_text("\n".join(sorted(have | set(todo))) + "\n")
+    for path in kit.rglob("*"):
+        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+    return problems
+
+
+def kit_view() -> list[str]:
+    """bwrap arguments for the kit (read-only) and the host's dpkg status (for the apt shim)."""
+    kit = cache_root() / "kit"
+    args = ["--ro-bind", str(kit), KIT] if kit.is_dir() else []
+    if os.path.isdir("/var/lib/dpkg"):
+        args += ["--ro-bind", "/var/lib/dpkg", "/var/lib/dpkg"]
+    return args
+
+
+# ---------------------------------------------------------------------------- the build
+
+
+def _copy_step(
+    args: str, variables: dict[str, str], context: Path, root: Path, workdir: str
+) -> str | None:
+    """Do one COPY/ADD into the layer at root; None, or why it cannot be honoured."""
+    words = _words(args) or shlex.split(args)
+    flags = [w for w in words if w.startswith("--")]
+    words = [_expand(w, variables) for w in words if not w.startswith("--")]
+    if any(f.startswith("--from") for f in flags):
+        return "copies from another image or stage (--from), which is not built here"
+    if len(words) < 2:
+        return "names no source and destination"
+    *sources, dest = words
+    dest_inner = dest if dest.startswith("/") else posixpath.join(workdir, dest)
+    ctx = context.resolve()
+    for source in sources:
+        if re.match(r"^[a-z]+://", source):
+            return f"fetches {source} from the network"
+        found = (ctx / source.lstrip("/")).resolve()
+        if not found.is_relative_to(ctx):
+            return f"{source} is outside environment/ (the build context)"
+        if not found.exists():
+            return f"{source} is not in environment/"
+        into_dir = dest.endswith("/") or len(sources) > 1 or found.is_dir()
+        target_inner = (
+            posixpath.join(dest_inner, found.name) if into_dir and found.is_file() else dest_inner
+        )
+        if not found.is_dir() and _safe_target(root, target_inner).is_dir():
+            target_inner = posixpath.join(target_inner, found.name)
+        _merge(found, root, target_inner)
+    return None
+
+
+def _merge(source: Path, root: Path, inner: str) -> None:
+    """Copy `source` (a file or a folder's contents) to `inner` of the layer at root, each
+    path checked for symlinks of the layer first (a RUN may have planted one)."""
+    _safe_target(root, posixpath.dirname(inner)).mkdir(parents=True, exist_ok=True)
+    if not source.is_dir():
+        shutil.copy2(source, _safe_target(root, inner), follow_symlinks=False)
+        return
+    _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
+    for folder, dirs, files in os.walk(source):
+        rel = Path(folder).relative_to(source).as_posix()
+        for name in dirs + files:
+            src = Path(folder) / name
+            dest = _safe_target(root, posixpath.join(inner, rel, name))
+            if src.is_symlink():
+                if dest.exists() or dest.is_symlink():
+                    dest.unlink()
+                os.symlink(os.readlink(src), dest)
+            elif src.is_dir():
+                dest.mkdir(exist_ok=True)
+            else:
+                shutil.copy2(src, dest, follow_symlinks=False)
+        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+
+
+def _check_context(context: Path) -> str | None:
+    total = 0
+    for folder, _, files in os.walk(context):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return (
+        f"environment/ is over {MAX_CONTEXT_BYTES >> 20} MB" if total > MAX_CONTEXT_BYTES else None
+    )
+
+
+def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
+    """Build into sandbox.workdir/root (the caller caches it and closes the sandbox)."""
+    image = Image(digest=digest)
+    context = task_dir / "environment"
+    variables: dict[str, str] = {}
+    root = sandbox.workdir / "root"
+    root.mkdir()
+    if sandbox.backend != "bwrap":
+        image.problems.append("every step: bubblewrap is missing, so Harbor's paths cannot be made")
+        return image
+    sandbox.mount_workdir = False
+    too_big = _check_context(context) if context.is_dir() else None
+    if too_big:
+        image.problems.append(f"COPY: {too_big}")
+        return image
+    for word, args in _instructions(text):
+        step = f"{word} {args}"[:120]
+        if word == "WORKDIR":
+            image.workdir = posixpath.normpath(
+                posixpath.join(image.workdir, _expand(args, variables))
+            )
+            _safe_target(root, image.workdir).mkdir(parents=True, exist_ok=True)
+        elif word in ("ENV", "ARG"):
+            pairs = {k: _expand(v, {**variables, **image.env}) for k, v in _pairs(args).items()}
+            if word == "ENV":
+                image.env.update(pairs)
+            variables.update(pairs)
+        elif word in ("COPY", "ADD"):
+            try:
+                why = _copy_step(args, {**variables, **image.env}, context, root, image.workdir)
+            except (OSError, ValueError, shutil.Error) as e:
+                why = str(e)[:200]
+            if why:
+                image.problems.append(f"{step}: {why}")
+        elif word == "RUN":
+            why = _run_step(sandbox, root, image, args)
+            if why:
+                image.problems.append(f"{step}: {why}")
+        elif word in ("ENTRYPOINT", "CMD"):
+            form = _words(args)
+            command = form if form is not None else ["/bin/sh", "-c", args]
+            if word == "ENTRYPOINT":
+                image.entrypoint = command
+        elif word not in (
+            "FROM",
+            "LABEL",
+            "EXPOSE",
+            "USER",
+            "HEALTHCHECK",
+            "STOPSIGNAL",
+            "VOLUME",
+            "MAINTAINER",
+            "SHELL",
+        ):
+            image.problems.append(f"{step}: {word} is not supported")
+    if image.entrypoint:
+        why = _probe_entrypoint(sandbox, root, image)
+        if why:
+            image.problems.append(f"ENTRYPOINT {json.dumps(image.entrypoint)}: {why}")
+    return image
+
+
+def _prepare_run(sandbox: Sandbox, root: Path, image: Image) -> None:
+    for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
+        _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
+    _chown(root, sandbox.uid)
+    sandbox.view = [*layer_view(root), *own_hosts(sandbox), *kit_view()]
+    sandbox.inner_workdir = image.workdir
+    sandbox.env = episode_env(image)
+
+
+def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | None:
+    form = _words(args)
+    command = form if form is not None else ["/bin/sh", "-c", args]
+    _prepare_run(sandbox, root, image)
+    result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
+    sandbox.kill_all()
+    if result.returncode == 0:
+        return None
+    out = (result.stderr.strip() or result.stdout.strip()).splitlines() or [""]
+    return f"failed here (exit {result.returncode}): {out[-1][:200]}"
+
+
+def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
+    """Start the ENTRYPOINT with a short command: None, or what it said when it failed."""
+    _prepare_run(sandbox, root, image)
+    probe = [*image.entrypoint, "/bin/sh", "-c", f"sleep {PROBE_S}"]
+    result = sandbox.run(probe, timeout=PROBE_S + 30)
+    sandbox.kill_all()
+    text = f"{result.stdout}\n{result.stderr}"
+    errors = [ln for ln in text.splitlines() if re.search(r"Error|error:|denied|not found", ln)]
+    if result.returncode != 0 or errors:
+        why = errors[-1].strip() if errors else f"exit {result.returncode}"
+        return f"fails here: {why[:200]}"
+    return None
+
+
+@functools.cache
+def _built(task_dir: str, digest: str) -> Image:
+    return _load_or_build(Path(task_dir), digest)
+
+
+def _load_or_build(task_dir: Path, digest: str) -> Image:
+    folder = cache_root() / "images" / digest
+    meta = folder / "image.json"
+    if meta.is_file():
+        data = json.loads(meta.read_text())
+        return Image(**{**data, "layer": str(folder / "layer")})
+    text = dockerfile_of(task_dir)
+    sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
+    try:
+        image = _build(task_dir, text, digest, sandbox)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{digest}-"))
+        shutil.copytree(sandbox.workdir / "root", tmp / "layer", symlinks=True)
+        data = {k: v for k, v in asdict(image).items() if k != "layer"}
+        (tmp / "image.json").write_text(json.dumps(data, indent=1))
+        try:
+            tmp.rename(folder)
+        except OSError:  # built meanwhile by another process
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        sandbox.close()
+    data = json.loads(meta.read_text())
+    return Image(**{**data, "layer": str(folder / "layer")})
+
+
+def image(task_dir: Path) -> Image:
+    """The task's image: built on first use (cached on disk by digest), with the verifier's
+    downloads provisioned; `problems` lists what could not be honoured."""
+    task_dir = Path(task_dir).resolve()
+    text = dockerfile_of(task_dir)
+    test_sh = task_dir / "tests" / "test.sh"
+    extra = provision(test_sh.read_text(errors="replace") if test_sh.is_file() else "")
+    built = _built(str(task_dir), _context_digest(task_dir, text))  # RUN uses the kit's shims
+    if extra:
+        built = Image(**{**asdict(built), "problems": [*built.problems, *extra]})
+    return built
+
+
+def preflight_line(task_id: str, img: Image) -> str | None:
+    """One line naming the steps of a task's image that cannot be honoured here, or None."""
+    if not img.problems:
+        return None
+    return f"{task_id}: cannot run as Harbor would: " + "; ".join(img.problems)

@@ -1,0 +1,67 @@
+"""`skyrl eval --env shell --agent oracle|noop`: Harbor tasks without a model.
+
+`oracle` runs each task's `solution/solve.sh` as Harbor's oracle agent does (the solution
+shown at `/solution` to that one command, never to a policy), `noop` submits at once; both
+are then graded by the task's own verifier. Every task's image is built (or read from the
+cache) first, and a task whose Dockerfile cannot be honoured here is reported in one line
+before any episode runs, and counted as not run (never as a silent 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+AGENTS = ("oracle", "noop")
+
+
+def harbor_tasks(tasks: Path | None, split: str | None) -> list[Any]:
+    """The bundled split, or the Harbor folder(s) at `tasks` (a task, or a folder of them)."""
+    from tasks.harbor import load_harbor_task, load_suite
+
+    if tasks is None:
+        return load_suite(split or "dev")
+    if (tasks / "task.toml").is_file():
+        return [load_harbor_task(tasks)]
+    if tasks.is_dir():
+        found = sorted(p for p in tasks.iterdir() if (p / "task.toml").is_file())
+        if found:
+            return [load_harbor_task(p) for p in found]
+    raise ValueError(f"--tasks {tasks} is neither a Harbor task folder nor a folder of them")
+
+
+def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> dict[str, Any]:
+    """Run `agent` on each task; print the pre-flight lines, one line per task, the total."""
+    from environments import harbor
+    from environments.shell import ShellEnv
+
+    if agent not in AGENTS:
+        raise ValueError(f"unknown --agent {agent!r} for --env shell; known: {', '.join(AGENTS)}")
+    blocked = {}
+    for task in tasks:
+        line = harbor.preflight_line(task.id, harbor.image(Path(task.metadata["task_dir"])))
+        if line is not None:
+            blocked[task.id] = line
+            print(f"pre-flight: {line}")
+    env = ShellEnv(**sets)
+    results: dict[str, Any] = {}
+    try:
+        for task in tasks:
+            if task.id in blocked:
+                results[task.id] = {"reward": None, "not_run": blocked[task.id]}
+                print(f"{task.id}: not run (see pre-flight)")
+                continue
+            env.reset(options={"task": task})
+            if agent == "oracle":
+                env.run_oracle()
+            _, reward, _, _, info = env.step("<submit/>")
+            results[task.id] = {"reward": reward, "rewards": info["rewards"]}
+            named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
+            why = f" ({info['reward_error']})" if info["reward_error"] else ""
+            print(f"{task.id}: reward {reward:g} [{named}]{why}")
+    finally:
+        env.close()
+    ran = [r["reward"] for r in results.values() if r["reward"] is not None]
+    mean = sum(ran) / len(ran) if ran else 0.0
+    print(f"{agent}: mean reward {mean:.3f} over {len(ran)} tasks run, {len(blocked)} not run")
+    return {"agent": agent, "results": results, "mean_reward": mean}

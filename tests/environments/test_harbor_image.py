@@ -1,0 +1,247 @@
+"""Harbor tasks as Harbor runs them: the Dockerfile built into a cached layer, Harbor's paths,
+the offline verifier preamble, reward.json over reward.txt, the oracle agent; and attacks
+from a task folder (COPY out of the context, symlinks) and from the agent (forged rewards)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from environments import harbor
+from environments.sandbox import bwrap_available
+from environments.shell import ShellEnv
+from tasks.harbor import load_harbor_task
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="Harbor's paths need bubblewrap")
+
+COOKBOOK = Path(
+    os.environ.get("SKYRL_HARBOR_COOKBOOK", "/work/.mirror/harbor-framework+harbor-cookbook/repo")
+)
+RECIPES = ("simple-task", "multi-reward", "dns-blacklisting")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One image and kit cache for the module (builds and uv/pytest downloads happen once)."""
+    # in the temp dir itself: the sandbox's uid must reach the kit (pytest's dirs are 0700)
+    root = Path(tempfile.mkdtemp(prefix="skyrl-harbor-test-"))
+    old = os.environ.get("SKYRL_HARBOR_CACHE")
+    os.environ["SKYRL_HARBOR_CACHE"] = str(root)
+    harbor._built.cache_clear()
+    yield root
+    if old is None:
+        os.environ.pop("SKYRL_HARBOR_CACHE", None)
+    else:
+        os.environ["SKYRL_HARBOR_CACHE"] = old
+    harbor._built.cache_clear()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cookbook(tmp_path_factory, cache):
+    """The three harbor-cookbook recipes, unmodified, from a git snapshot of the repository
+    (Apache-2.0; not committed here: set SKYRL_HARBOR_COOKBOOK to a checkout)."""
+    if not (COOKBOOK / "HEAD").exists() and not (COOKBOOK / ".git").exists():
+        pytest.skip(f"no harbor-cookbook checkout at {COOKBOOK} (set SKYRL_HARBOR_COOKBOOK)")
+    out = tmp_path_factory.mktemp("cookbook")
+    for name in RECIPES:
+        (out / name).mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(COOKBOOK), "archive", "HEAD", f"harbor_cookbook/recipes/{name}"],
+            capture_output=True, check=True,
+        )  # fmt: skip
+        subprocess.run(
+            ["tar", "-x", "-C", str(out / name), "--strip-components=3"],
+            input=archive.stdout, check=True,
+        )  # fmt: skip
+    return out
+
+
+def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "eval", "--env", "shell", "--agent", agent]
+    env = {**os.environ, "SKYRL_HARBOR_CACHE": str(cache)}
+    return subprocess.run(
+        [*cmd, "--tasks", str(tasks)], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
+    done = skyrl_eval("oracle", cookbook, cache)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "simple-task: reward 1 [reward=1]" in lines
+    assert "multi-reward: reward 1 [correctness=1, performance=1]" in lines
+    # dns-blacklisting's gateway binds port 80: no sandbox uid may, so it is named up front
+    assert lines[0] == (
+        "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
+        '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied'
+    )
+    noop = skyrl_eval("noop", cookbook, cache)
+    assert "simple-task: reward 0 [reward=0]" in noop.stdout.splitlines()
+    assert "multi-reward: reward 0 [correctness=0, performance=0]" in noop.stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", ["simple-task", "multi-reward"])
+def test_cookbook_solution_as_bash_actions(cookbook, name):
+    task = load_harbor_task(cookbook / name)
+    env = ShellEnv(timeout_s=30, reward_key="performance" if name == "multi-reward" else None)
+    try:
+        obs, _ = env.reset(options={"task": task})
+        assert "bash shell in /app," in obs
+        solve = (cookbook / name / "solution" / "solve.sh").read_text()
+        assert env.step(f"<bash>{solve}</bash>")[0].startswith("[exit code: 0]")
+        _, reward, terminated, _, info = env.step("<submit/>")
+        assert (reward, terminated, info["reward_error"]) == (1.0, True, None), info
+        if name == "multi-reward":
+            assert info["rewards"] == {"correctness": 1.0, "performance": 1.0}
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------------- the image
+
+
+def make_task(root: Path, dockerfile: str, test_sh: str, files: dict[str, str] | None = None):
+    (root / "environment").mkdir(parents=True, exist_ok=True)
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+    for name, text in (files or {}).items():
+        (root / "environment" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "environment" / name).write_text(text)
+    (root / "instruction.md").write_text("Do it.")
+    (root / "task.toml").write_text(
+        'version = "1.0"\n[verifier]\ntimeout_sec = 20.0\n[verifier.env]\nWANT = "${NOPE:-7}"\n'
+    )
+    (root / "tests").mkdir()
+    (root / "tests" / "test.sh").write_text(test_sh)
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\necho $WANT > /app/out\n")
+    return load_harbor_task(root)
+
+
+DOCKERFILE = """FROM debian:bookworm-slim
+ARG NAME=conf
+ENV GREETING="hi there" \\
+    MODE=fast
+WORKDIR /srv/app
+COPY data/ ./data/
+COPY ${NAME}.txt /etc/skyrl-test-${NAME}.txt
+RUN echo "$MODE" > built.txt && ls /etc/skyrl-test-conf.txt >> built.txt
+"""
+TEST_SH = """#!/bin/bash
+ok=1
+[ "$(pwd)" = /srv/app ] || ok=0
+[ "$WANT" = 7 ] || ok=0
+[ "$(cat /srv/app/out 2>/dev/null)" = "$GREETING" ] || ok=0
+[ -f /tests/test.sh ] && [ -d /logs/agent ] || ok=0
+echo '{"reward": '$ok', "extra": 1}' > /logs/verifier/reward.json
+echo 0 > /logs/verifier/reward.txt
+"""
+
+
+def test_dockerfile_steps_workdir_env_copy_run_and_the_cache(tmp_path, cache):
+    task = make_task(tmp_path / "t", DOCKERFILE, TEST_SH, {"data/a.txt": "A", "conf.txt": "C"})
+    image = harbor.image(tmp_path / "t")
+    assert image.problems == [] and image.workdir == "/srv/app"
+    assert image.env == {"GREETING": "hi there", "MODE": "fast"}
+    again = harbor.image(tmp_path / "t")
+    assert again.layer == image.layer  # built once, cached by digest
+    env = ShellEnv(timeout_s=20)
+    try:
+        obs, _ = env.reset(options={"task": task})
+        assert "bash shell in /srv/app," in obs
+        got = env.step("<bash>cat built.txt data/a.txt /etc/skyrl-test-conf.txt</bash>")[0]
+        assert got.startswith("fast\n/etc/skyrl-test-conf.txt\nAC\n[exit code: 0]"), got
+        env.step("<bash>echo $GREETING > out</bash>")
+        _, reward, _, _, info = env.step("<submit/>")  # reward.json wins over reward.txt
+        assert (reward, info["rewards"]) == (1.0, {"reward": 1.0, "extra": 1.0}), info
+    finally:
+        env.close()
+
+
+def test_unhonourable_steps_are_one_line_before_any_episode(tmp_path, cache):
+    dockerfile = (
+        "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y curl no-such-pkg-xyz\n"
+        "ADD https://example.com/x.tgz /app/\nCOPY --from=builder /a /b\n"
+    )
+    task = make_task(tmp_path / "bad", dockerfile, TEST_SH)
+    line = harbor.preflight_line("bad", harbor.image(tmp_path / "bad"))
+    assert line is not None and "\n" not in line
+    assert "no-such-pkg-xyz (skyrl: offline, and the host lacks it)" in line
+    assert "fetches https://example.com/x.tgz from the network" in line
+    assert "--from" in line
+    with pytest.raises(ValueError, match="bad: cannot run as Harbor would"):
+        ShellEnv().reset(options={"task": task})
+
+
+# ---------------------------------------------------------------------------- attacks
+
+
+def test_task_folder_cannot_reach_the_host(tmp_path, cache):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    root = tmp_path / "evil"
+    root.mkdir()
+    (root / "environment").mkdir()
+    os.symlink(secret, root / "environment" / "link.txt")  # a link out of the context
+    os.symlink("/etc", root / "environment" / "etcdir")
+    dockerfile = (
+        "FROM x\nWORKDIR /app\nCOPY ../../../../../../etc/passwd /app/p\n"
+        "COPY link.txt /app/l\nCOPY etcdir/ /app/e/\n"
+        f"RUN ln -s {tmp_path} /app/escape\nCOPY ok.txt /app/escape/planted.txt\n"
+    )
+    task = make_task(root, dockerfile, TEST_SH, {"ok.txt": "planted"})
+    image = harbor.image(root)
+    line = harbor.preflight_line("evil", image)
+    assert line is not None
+    assert line.count("is outside environment/") == 3, line
+    assert "goes through a symlink of the image" in line
+    assert not (tmp_path / "planted.txt").exists()  # nothing written through the RUN's link
+    layer = Path(image.layer)
+    assert not (layer / "app" / "p").exists() and not (layer / "app" / "l").exists()
+    assert task.id == "evil"
+
+
+def test_agent_cannot_see_tests_or_forge_the_reward(tmp_path, cache):
+    test_sh = "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"
+    task = make_task(tmp_path / "t", "FROM x\nWORKDIR /app\n", test_sh)
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        seen = env.step("<bash>ls /tests /solution 2>&1 | head -2; ls /</bash>")[0]
+        assert "No such file or directory" in seen and "tests" not in seen.split("\n", 2)[2]
+        forged = '{"reward": 1}'
+        env.step(f"<bash>echo '{forged}' > /logs/verifier/reward.json</bash>")
+        assert env.step("<submit/>")[1] == 0.0  # stale reward files go, as in Harbor
+        env.reset(options={"task": task})
+        env.step(f"<bash>rm -rf /logs/verifier && ln -s {tmp_path} /logs/verifier</bash>")
+        (tmp_path / "reward.json").write_text(forged)
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 0.0 and info["reward_error"] is None, info
+        assert (tmp_path / "reward.json").read_text() == forged  # host file untouched
+    finally:
+        env.close()
+
+
+def test_oracle_sees_the_solution_and_the_verifier_env(tmp_path, cache):
+    test_sh = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
+    task = make_task(tmp_path / "t", "FROM x\nWORKDIR /app\n", test_sh)
+    (tmp_path / "t" / "task.toml").write_text(
+        'version = "1.0"\n[verifier]\ntimeout_sec = 20.0\n[solution.env]\nWANT = "7"\n'
+    )
+    task = load_harbor_task(tmp_path / "t")
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        assert env.run_oracle()["returncode"] == 0
+        assert env.step("<submit/>")[1] == 1.0
+        assert json.loads(json.dumps(task.metadata))["solution_env"] == {"WANT": "7"}
+        assert shutil.which("bash")
+    finally:
+        env.close()
