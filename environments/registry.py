@@ -82,8 +82,16 @@ def known_envs(declared: dict[str, str] | None = None) -> dict[str, EnvSpec]:
     return {**BUILTINS, **plugin_specs(declared)}
 
 
+FOREIGN = {"skyrl_gym": ("environments.foreign:SkyRLGym__", "SkyRL-Gym")}
+"""`--env PREFIX:NAME`: an environment of another package through a built-in adapter."""
+
+
 def resolve(name: str, declared: dict[str, str] | None = None) -> EnvSpec:
     """Find an environment by name; ValueError lists the known names."""
+    prefix, _, foreign = name.partition(":")
+    if prefix in FOREIGN and foreign:
+        entry, package = FOREIGN[prefix]
+        return EnvSpec(name, entry + foreign, f"({package} environment {foreign})")
     specs = known_envs(declared)
     if name not in specs:
         hint = (
@@ -92,7 +100,8 @@ def resolve(name: str, declared: dict[str, str] | None = None) -> EnvSpec:
             else "; a project's own environments are named in its skyrl.yaml "
             "(environments: {NAME: file.py:Class}): run from the project folder or pass --config"
         )
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(sorted(specs))}{hint}")
+        known = ", ".join([*sorted(specs), *(f"{p}:NAME" for p in FOREIGN)])
+        raise ValueError(f"unknown environment {name!r}; known: {known}{hint}")
     return specs[name]
 
 

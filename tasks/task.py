@@ -34,6 +34,13 @@ class Task:
     metadata: dict[str, Any] = field(default_factory=dict)
     """Environment inputs: `database` for SQL, `difficulty`, `task_dir` for the shell..."""
 
+    @staticmethod
+    def from_skyrl_row(obj: dict[str, Any], *, where: str = "row") -> Task:
+        """A SkyRL dataset row (`prompt`, `env_class`, `reward_spec`, `extra_info`,
+        `data_source`) as a Task of env `skyrl_gym:<env_class>`: answer = the reward spec's
+        `ground_truth`, the row's parts kept in metadata, split from `extra_info.split`."""
+        return _from_skyrl_row(obj, where)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
 
@@ -42,6 +49,8 @@ class Task:
         """Build a Task from a parsed JSON object; raise ValueError naming what is wrong."""
         if not isinstance(obj, dict):
             raise ValueError(f"{where} is not a JSON object")
+        if "env_class" in obj and "env" not in obj:
+            return Task.from_skyrl_row(obj, where=where)
         missing = [k for k in ("id", "env", "prompt") if k not in obj]
         if missing:
             raise ValueError(f"{where} is missing the field(s) {', '.join(missing)}")
@@ -62,6 +71,40 @@ class Task:
             split=obj.get("split"),
             metadata=dict(obj.get("metadata") or {}),
         )
+
+
+SKYRL_ROW_FIELDS = {"data_source", "prompt", "env_class", "reward_spec", "extra_info"}
+"""A SkyRL dataset row (SkyRL's examples write them to Parquet)."""
+
+
+def _from_skyrl_row(obj: dict[str, Any], where: str) -> Task:
+    unknown = set(obj) - SKYRL_ROW_FIELDS
+    if unknown:
+        raise ValueError(
+            f"{where} (a SkyRL row) has unknown field(s) {', '.join(sorted(unknown))}; "
+            f"accepted: {', '.join(sorted(SKYRL_ROW_FIELDS))}"
+        )
+    prompt = obj.get("prompt")
+    if not isinstance(prompt, str | list) or not prompt:
+        raise ValueError(f"{where}: prompt must be a string or a list of chat messages")
+    spec = obj.get("reward_spec") or {}
+    extra = obj.get("extra_info") or {}
+    if not isinstance(spec, dict) or not isinstance(extra, dict):
+        raise ValueError(f"{where}: reward_spec and extra_info must be objects")
+    key = json.dumps([prompt, spec], sort_keys=True, default=str)
+    index = extra.get("index")
+    source = str(obj.get("data_source") or obj["env_class"])
+    split = extra.get("split")
+    return Task(
+        id=f"{source}-{index}"
+        if index is not None
+        else hashlib.sha1(key.encode()).hexdigest()[:12],
+        env=f"skyrl_gym:{obj['env_class']}",
+        prompt=prompt,
+        answer=spec.get("ground_truth"),
+        split=split if split in ("train", "dev", "test") else None,
+        metadata={"reward_spec": spec, "extra_info": extra, "data_source": source},
+    )
 
 
 def load_tasks(path: str | Path) -> list[Task]:

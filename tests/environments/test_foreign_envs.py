@@ -1,0 +1,91 @@
+"""Environments from the ecosystem: SkyRL-Gym's through `--env skyrl_gym:<name>`, and
+SkyRL's dataset rows (JSONL or Parquet) read by the task loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from environments import registry
+from tasks.task import Task, load_tasks
+from tests.conftest import skyrl
+
+pytest.importorskip("skyrl_gym", reason="the optional extra skyrl-gym is not installed")
+
+QUESTIONS = [
+    ("What is 6 times 7?", "42"),
+    ("What is 50 plus 22?", "72"),
+    ("What is 9 minus 4?", "5"),
+]
+
+
+def rows(split="train"):
+    """GSM8K rows exactly as SkyRL's examples/gsm8k/gsm8k_dataset.py writes them."""
+    return [
+        {
+            "data_source": "openai/gsm8k",
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": q + " Let's think step by step and output the final answer "
+                    'after "####".',
+                }
+            ],
+            "env_class": "gsm8k",
+            "reward_spec": {"method": "rule", "ground_truth": a},
+            "extra_info": {"split": split, "index": i, "answer": f"#### {a}", "question": q},
+        }
+        for i, (q, a) in enumerate(QUESTIONS)
+    ]
+
+
+def test_skyrl_rows_load_from_jsonl_and_parquet(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows()) + "\n")
+    pq.write_table(pa.Table.from_pylist(rows()), tmp_path / "train.parquet")
+    for path in (tmp_path / "train.jsonl", tmp_path / "train.parquet"):
+        tasks = load_tasks(path)
+        assert [t.id for t in tasks] == ["openai/gsm8k-0", "openai/gsm8k-1", "openai/gsm8k-2"]
+        assert tasks[1].env == "skyrl_gym:gsm8k" and tasks[1].answer == "72"
+        assert tasks[1].split == "train" and tasks[1].metadata["reward_spec"]["method"] == "rule"
+        assert tasks[1].prompt[0]["content"].startswith("What is 50 plus 22?")
+    with pytest.raises(ValueError, match="unknown field"):
+        Task.from_dict({**rows()[0], "surprise": 1})
+
+
+def test_skyrl_gym_gsm8k_through_the_adapter():
+    spec = registry.resolve("skyrl_gym:gsm8k")
+    env = registry.make_env(spec)
+    task = Task.from_dict(rows()[1])
+    obs, info = env.reset(options={"task": task})
+    assert obs.startswith("What is 50 plus 22?") and info["task_id"] == "openai/gsm8k-1"
+    _, reward, terminated, truncated, info = env.step("50 + 22 = 72\n#### 72")
+    assert (reward, terminated, truncated, info["correct"]) == (1.0, True, False, True)
+    env.reset(options={"task": task.to_json() and json.loads(task.to_json())})
+    assert env.step("#### 71")[1] == 0.0
+    with pytest.raises(ValueError, match="SkyRL-Gym has no environment 'nope'"):
+        registry.make_env(registry.resolve("skyrl_gym:nope"))
+
+
+def test_skyrl_gym_gsm8k_trains_two_steps_with_tiny(tmp_path, ray_address):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(rows()), tmp_path / "gsm8k.parquet")
+    skyrl(
+        "train",
+        *("--env", "skyrl_gym:gsm8k", "--tasks", "gsm8k.parquet", "--model", "tiny"),
+        *("--max-steps", "2", "--run-name", "gsm8k", "--ray-address", ray_address),
+        *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
+        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0"),
+        cwd=tmp_path,
+    )
+    (run,) = (tmp_path / "runs").glob("gsm8k*")
+    metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["episodes"] == 4 and m["episodes/failed"] == 0 for m in metrics), metrics
+    rollouts = (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    assert all("What is" in json.dumps(json.loads(r)["turns"][0]) for r in rollouts)
