@@ -49,6 +49,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from environments.bash import chown_tree
 from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
@@ -257,7 +258,7 @@ class Layout:
         shutil.copytree(self.image.layer, self.root, symlinks=True)
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
-        _chown(sb.workdir, sb.uid)
+        chown_tree(sb.workdir, sb.uid)
         sb.mount_workdir = False
         sb.view = [*layer_view(self.root), *own_hosts(sb), *kit_view()]
         sb.inner_workdir = self.image.workdir
@@ -269,7 +270,7 @@ class Layout:
         dest = self.sandbox.workdir / f"{name}-copy"
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(source, dest, symlinks=True)
-        _chown(dest, self.sandbox.uid)
+        chown_tree(dest, self.sandbox.uid)
         return ["--bind", str(dest), f"/{name}"]
 
     def fresh_dir(self, inner: str) -> Path:
@@ -286,7 +287,7 @@ class Layout:
                 target.unlink()
             elif target.exists():
                 shutil.rmtree(target)
-        _chown(path, self.sandbox.uid)
+        chown_tree(path, self.sandbox.uid)
         return path
 
     def host_path(self, inner: str) -> Path:
@@ -302,14 +303,6 @@ def own_hosts(sandbox: Sandbox) -> list[str]:
         if sandbox.uid is not None:
             os.lchown(hosts, sandbox.uid, sandbox.uid)
     return ["--bind", str(hosts), "/etc/hosts"]
-
-
-def _chown(root: Path, uid: int | None) -> None:
-    if uid is None:
-        return
-    for folder, dirs, files in os.walk(root):
-        for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
-            os.lchown(name, uid, uid)
 
 
 def episode_env(image: Image) -> dict[str, str]:
@@ -598,7 +591,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
 def _prepare_run(sandbox: Sandbox, root: Path, image: Image) -> None:
     for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
-    _chown(root, sandbox.uid)
+    chown_tree(root, sandbox.uid)
     sandbox.view = [*layer_view(root), *own_hosts(sandbox), *kit_view()]
     sandbox.inner_workdir = image.workdir
     sandbox.env = episode_env(image)
