@@ -245,3 +245,40 @@ def test_oracle_sees_the_solution_and_the_verifier_env(tmp_path, cache):
         assert shutil.which("bash")
     finally:
         env.close()
+
+
+PREAMBLE_TEST = """#!/bin/bash
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.9.7/install.sh | sh
+source $HOME/.local/bin/env
+uvx \\
+  --with pytest==8.4.1 \\
+  --with pytest-json-ctrf==0.3.5 \\
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_state.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_the_verifier_preamble_runs_offline(tmp_path, cache):
+    """Terminal-Bench-2's preamble (apt curl, Astral's uv installer, uvx --with pins) with
+    no network: uv and the pinned wheels were fetched from PyPI ahead of time."""
+    dockerfile = (
+        "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y python3\nWORKDIR /app\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, PREAMBLE_TEST)
+    (tmp_path / "t" / "tests" / "test_state.py").write_text(
+        "from pathlib import Path\n\ndef test_hello():\n"
+        "    assert Path('/app/out').read_text().strip() == '7'\n"
+    )
+    env = ShellEnv(timeout_s=20)
+    try:
+        for done, want in ((True, 1.0), (False, 0.0)):
+            env.reset(options={"task": task})
+            if done:
+                env.step("<bash>echo 7 > out</bash>")
+            _, reward, _, _, info = env.step("<submit/>")
+            assert (reward, info["reward_error"]) == (want, None), info["verifier"]
+            assert "1 passed" in info["verifier"]["output"] or not done
+    finally:
+        env.close()
