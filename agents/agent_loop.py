@@ -166,6 +166,7 @@ def _advance(chat: ChatFormat, budget: Budget, e: _Episode, res: GenResult, gen_
     traj.loss_mask.extend([1] * len(res.token_ids))
     traj.logprobs.extend(res.logprobs)
     traj.versions.append(res.version)
+    traj.token_versions.extend(res.token_versions or [res.version] * len(res.token_ids))
     traj.turn_tokens.append(len(res.token_ids))
     traj.num_turns += 1
     traj.cut_off = traj.cut_off or res.finish_reason == "length"

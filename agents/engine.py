@@ -32,8 +32,11 @@ class GenResult:
     finish_reason: str
     """`stop` (stop string), `eos`, or `length` (max_new_tokens)."""
     version: int
-    """Policy version of the weights that produced it."""
+    """Policy version of the weights that produced its first token."""
     extra: dict[str, Any] = field(default_factory=dict)
+    token_versions: list[int] = field(default_factory=list)
+    """Version of the weights that produced each token (new weights may arrive between decode
+    steps, see `HFEngine.update_weights`); empty = every token is `version`."""
 
 
 class Engine(Protocol):

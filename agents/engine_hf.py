@@ -5,10 +5,17 @@ things generate does not give together: a seed per request (results independent 
 requests are batched, which exact resume relies on), the log-prob of every sampled token,
 and stop strings checked on the decoded continuation. Finished rows are dropped from the
 batch and its cache, so one long answer does not make the others pay.
+
+In-flight weight updates (the async schedule, whose engine actor runs calls on several
+threads): every forward pass holds one lock, and weights pushed while requests decode wait
+until the next decode step, where they are swapped in; the running requests continue on
+them (their KV cache, computed by the old weights, stays) and each token records the
+version that produced it. Nothing is drained or restarted.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +23,7 @@ import torch
 from transformers import AutoTokenizer, DynamicCache
 
 from agents.engine import GenRequest, GenResult
-from agents.weights import from_pretrained, load_folder, load_weights
+from agents.weights import check_weights, from_pretrained, load_folder, load_weights
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,17 +43,40 @@ class HFEngine:
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0]
         self.version = 0
+        self._lock = threading.Lock()  # held by each forward pass and each weight swap
+        self._decoding = 0  # generate calls running
+        self._pending: list[tuple[dict[str, Any], int, threading.Event]] = []
 
     def update_weights(self, named_tensors: dict[str, Any], version: int) -> None:
         """Load new policy weights: a full state dict (tied weights may be absent);
-        WeightsError, with nothing changed, when a tensor is missing or misshapen."""
-        load_weights(self.model, named_tensors)
-        self.version = version
+        WeightsError, with nothing changed, when a tensor is missing or misshapen. While
+        requests decode (on other threads) the swap waits for their next decode step, and
+        this returns once the new weights are live."""
+        check_weights(self.model.state_dict(), named_tensors)
+        with self._lock:
+            if not self._decoding:
+                load_weights(self.model, named_tensors)
+                self.version = version
+                return
+            live = threading.Event()
+            self._pending.append((named_tensors, version, live))
+        live.wait()
+
+    def _swap_pending(self) -> None:
+        """Apply the newest staged weights (caller holds the lock): a step boundary."""
+        if self._pending:
+            weights, version, _ = self._pending[-1]
+            load_weights(self.model, weights)
+            self.version = version
+            for *_, live in self._pending:
+                live.set()
+            self._pending = []
 
     def load(self, model_path: str | Path, version: int) -> None:
         """Load weights from an HF folder (a checkpoint), e.g. on resume."""
-        load_folder(self.model, model_path)
-        self.version = version
+        with self._lock:
+            load_folder(self.model, model_path)
+            self.version = version
 
     @torch.inference_mode()
     def compute_logprobs(
@@ -64,7 +94,8 @@ class HFEngine:
                 ids[b, : len(s)] = torch.tensor(s)
                 mask[b, : len(s)] = 1
             ids, mask = ids.to(self.device), mask.to(self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            with self._lock:
+                logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             logp = torch.log_softmax(logits / temperature, -1).gather(-1, ids[:, 1:, None])[..., 0]
             out += [[0.0, *logp[b, : len(s) - 1].tolist()] for b, s in enumerate(seqs)]
         return out
@@ -76,9 +107,23 @@ class HFEngine:
         """Continue every request; temperature 0 means greedy."""
         if not requests:
             return []
+        with self._lock:
+            self._decoding += 1
+        try:
+            return self._generate(requests, temperature, top_p)
+        finally:
+            with self._lock:
+                self._decoding -= 1
+                if not self._decoding:
+                    self._swap_pending()
+
+    def _generate(
+        self, requests: list[GenRequest], temperature: float, top_p: float
+    ) -> list[GenResult]:
         n = len(requests)
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
+        out_ver: list[list[int]] = [[] for _ in range(n)]
         finish = ["length"] * n
 
         # Prefill each distinct prompt once (a GRPO group is G copies of one prompt), then
@@ -95,7 +140,7 @@ class HFEngine:
         ids, mask = ids.to(self.device), mask.to(self.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self._forward(ids, mask, pos, cache)  # [U, V]
+        logits, version = self._forward(ids, mask, pos, cache)  # [U, V]
         # torch.multinomial needs its generator on the probabilities' device (CPU or CUDA)
         gens = [torch.Generator(device=logits.device).manual_seed(r.seed) for r in requests]
         if len(prompts) < n:
@@ -112,6 +157,7 @@ class HFEngine:
                 tok = int(tokens[b])
                 out_ids[i].append(tok)
                 out_lp[i].append(float(lps[b]))
+                out_ver[i].append(version)
                 done = self._finished(i, requests[i], out_ids[i], tok, t, finish)
                 if not done:
                     keep.append(b)
@@ -124,27 +170,32 @@ class HFEngine:
                 rows = [rows[b] for b in keep]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             pos = pos[:, -1:] + 1
-            logits = self._forward(tokens.view(-1, 1), mask, pos, cache)
+            logits, version = self._forward(tokens.view(-1, 1), mask, pos, cache)
         return [
             GenResult(
                 token_ids=out_ids[i],
                 logprobs=out_lp[i],
                 finish_reason=finish[i],
-                version=self.version,
+                version=out_ver[i][0],
+                token_versions=out_ver[i],
             )
             for i in range(n)
         ]
 
-    def _forward(self, ids, mask, pos, cache) -> torch.Tensor:
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos[:, -ids.shape[1] :],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1, :].float()
+    def _forward(self, ids, mask, pos, cache) -> tuple[torch.Tensor, int]:
+        """Next-token logits, and the version of the weights that computed them (staged
+        weights are swapped in first: this is the step boundary)."""
+        with self._lock:
+            self._swap_pending()
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos[:, -ids.shape[1] :],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return out.logits[:, -1, :].float(), self.version
 
     @staticmethod
     def _sample(logits, temperature, top_p, gens) -> tuple[torch.Tensor, torch.Tensor]:

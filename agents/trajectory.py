@@ -37,7 +37,11 @@ class Trajectory:
     logprobs: list[float] = field(default_factory=list)
     """Sampling log-prob of each token (0.0 where loss_mask is 0)."""
     versions: list[int] = field(default_factory=list)
-    """Policy version that produced each model turn."""
+    """Policy version that produced each model turn (its first token, where new weights
+    arrived mid-turn: see `token_versions`)."""
+    token_versions: list[int] = field(default_factory=list)
+    """Policy version that produced each sampled token (loss mask 1), in order: the async
+    schedule swaps weights in between decode steps, so one episode may carry several."""
     reward: float = 0.0
     stop_reason: str = ""
     """`terminated` (env ended it), `truncated` (turn budget), `token_budget`, `error`."""

@@ -33,10 +33,10 @@ def commented_yaml(cfg: Any) -> str:
 
     def emit(model: BaseModel, indent: int) -> None:
         pad = "  " * indent
-        for name, field in type(model).model_fields.items():
-            if name == "project_dir":
+        for attr, field in type(model).model_fields.items():
+            if attr == "project_dir":
                 continue
-            value = getattr(model, name)
+            value, name = getattr(model, attr), field.alias or attr  # `async` is async_
             doc = (field.description or "").strip()
             for doc_line in doc.splitlines():
                 lines.append(f"{pad}# {doc_line.strip()}")

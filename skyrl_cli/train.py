@@ -446,7 +446,7 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     from trainers.progress import phase
 
     phase("loading the trainer (torch)")  # seconds on a cold disk: said, not silent
-    from trainers import stopping, sync
+    from trainers import async_loop, stopping, sync
     from trainers.config import ConfigError
     from trainers.steps import EpisodesFailed
 
@@ -454,7 +454,8 @@ def _run(cfg: Any, run: Any, resume: bool) -> None:
     run.start_heartbeat()
     print(f"run directory: {run.path}", file=sys.stderr)
     try:
-        summary = sync.main(cfg, run, resume=resume)
+        loop = async_loop if cfg.trainer.schedule == "async" else sync
+        summary = loop.main(cfg, run, resume=resume)
     except (KeyboardInterrupt, SystemExit) as e:
         if isinstance(e, SystemExit):  # Ray's own SIGTERM handler, before ours was back
             stopping.mark_signal(e.code if isinstance(e.code, int) and e.code > 0 else 15)

@@ -207,8 +207,9 @@ class OptimConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    schedule: Literal["sync"] = "sync"
-    """`sync`: generate, then train, then push weights."""
+    schedule: Literal["sync", "async"] = "sync"
+    """`sync`: generate, then train, then push weights. `async`: rollouts never wait for the
+    learner (up to the `async` section's bounds) and new weights reach the engine mid-episode."""
     max_steps: int = Field(30, ge=1)
     """Training steps; a step samples (one or more rounds of) episodes, then updates the
     policy with ppo_epochs × mini-batches optimizer steps."""
@@ -223,6 +224,21 @@ class TrainerConfig(_Section):
     max_failed_fraction: float = Field(0.25, ge=0, le=1)
     """Warn on the console when more than this fraction of a step's episodes fail (an
     environment that raises, a timeout). A step where every episode failed stops the run."""
+
+
+class AsyncConfig(_Section):
+    """The async schedule's bounds (`trainer.schedule=async`; trainers/async_loop.py)."""
+
+    max_staleness: int = Field(2, ge=0)
+    """k: a sample whose oldest token is more than k policy versions behind the learner that
+    trains on it is dropped (or re-weighted, see `stale`). 0 reproduces the sync schedule."""
+    stale: Literal["drop", "reweight"] = "drop"
+    """Samples beyond max_staleness: `drop` them (no loss; their reward still counts in their
+    group's baseline), or `reweight`: keep them, every sample's tokens weighted by the
+    truncated importance ratio min(p_learner / p_sampled, algorithm.tis_cap)."""
+    rollout_batches: int | None = Field(None, ge=1)
+    """Batches sampled ahead of the learner at most (null = max_staleness + 1, which keeps
+    every sample within the bound; more gives the engine more work and drops some)."""
 
 
 class WarmupConfig(_Section):
@@ -272,6 +288,11 @@ class RayConfig(_Section):
 class RunConfig(_Section):
     """Everything a training run needs; saved resolved to `runs/<id>/config.yaml`."""
 
+    # `async` is a Python keyword: the field is `async_`, its key in YAML and --set is `async`
+    model_config = ConfigDict(
+        **_Section.model_config, serialize_by_alias=True, validate_by_name=True
+    )
+
     @model_validator(mode="after")
     def _batch_fits(self) -> RunConfig:
         a = self.algorithm
@@ -281,6 +302,17 @@ class RunConfig(_Section):
                 f"algorithm.train_batch_size ({a.train_batch_size}) exceeds rollout.batch_size "
                 f"({self.rollout.batch_size}); only dynamic sampling samples extra rounds"
             )
+        if self.trainer.schedule == "async":
+            if a.dynamic_sampling:
+                raise ValueError(
+                    "trainer.schedule=async does not do dynamic sampling (it refills a step "
+                    "with more rounds); set algorithm.dynamic_sampling=false or schedule=sync"
+                )
+            if self.async_.stale == "reweight" and a.tis_cap is None:
+                raise ValueError(
+                    "async.stale=reweight weights stale samples by a truncated importance "
+                    "ratio; set its cap, e.g. --set algorithm.tis_cap=2"
+                )
         if self.eval.holdout and not self.env.tasks:
             raise ValueError(
                 "eval.holdout splits a task file without `split` (env.tasks); "
@@ -294,6 +326,7 @@ class RunConfig(_Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
@@ -416,8 +449,10 @@ def _explain(err: ValidationError) -> str:
         parent = first["loc"][:-1]
         section: Any = RunConfig
         for p in parent:
-            section = section.model_fields[str(p)].annotation
-        known = ", ".join(getattr(section, "model_fields", {}))
+            fields = {f.alias or n: f for n, f in section.model_fields.items()}
+            section = fields[str(p)].annotation
+        fields = getattr(section, "model_fields", {})
+        known = ", ".join(f.alias or n for n, f in fields.items())
         return f"unknown config key {where!r}; accepted keys here: {known}"
     if first["type"] == "value_error":  # a cross-field check: its message is the sentence
         msg = first["msg"].removeprefix("Value error, ")

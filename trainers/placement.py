@@ -164,7 +164,11 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         handles: list[_RayHandle] = []
 
         def make(kind: str) -> _RayHandle:
-            handles.append(_RayHandle(actor.remote(kind, str(model_path), cfg)))
+            # async: an engine takes new weights while it decodes (agents/engine_hf.py), and
+            # several batches decode at once, so its calls run on threads
+            threaded = kind == "engine" and cfg.trainer.schedule == "async"
+            opts = {"max_concurrency": 16} if threaded else {}
+            handles.append(_RayHandle(actor.options(**opts).remote(kind, str(model_path), cfg)))
             return handles[-1]
 
     entry = ALGORITHMS[cfg.algorithm.name]

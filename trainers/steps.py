@@ -447,9 +447,15 @@ def train_step(tr: Learning, kept: list[list[Trajectory]]) -> dict[str, float]:
 # -------------------------------------------------------------------- checkpoint
 
 
-def save_checkpoint(tr: Learning, run: RunDir, step: int, tracker_run_id: str | None) -> Path:
-    """Policy (and critic) state, RNGs and the loop's counters: written to a temp dir, then
-    renamed — complete or absent."""
+def save_checkpoint(
+    tr: Learning,
+    run: RunDir,
+    step: int,
+    tracker_run_id: str | None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Policy (and critic) state, RNGs and the loop's counters (and a schedule's `extra`
+    state, JSON): written to a temp dir, then renamed — complete or absent."""
     tmp = run.checkpoint_tmp(step)
     saves = [tr.clients.policy.save_state(tmp)]
     if tr.clients.critic is not None:
@@ -470,6 +476,7 @@ def save_checkpoint(tr: Learning, run: RunDir, step: int, tracker_run_id: str | 
         "data_position": step * tr.cfg.rollout.batch_size,
         "tracker_run_id": tracker_run_id,
         "saved": utc_now(),
+        **(extra or {}),
     }
     return run.commit_checkpoint(tmp, step, state, tr.cfg.trainer.keep_checkpoints)
 

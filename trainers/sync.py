@@ -98,12 +98,26 @@ def run_eval(ac: Acting, tr: Learning, rec: Record, name: str, at_step: int) -> 
     return report
 
 
-# --------------------------------------------------------------------------- main
+# --------------------------------------------------------------------------- setup
 
 
-def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
-    """Train; returns a summary (final step, eval before/after). Raises on fatal errors."""
-    # ----------------------------------------------------------------- setup
+@dataclass
+class Session:
+    """A run ready for its loop (what `prepare` built): the two sides of a step, where the
+    results go, the step to continue after and the restored checkpoint's state."""
+
+    ac: Acting
+    tr: Learning
+    rec: Record
+    stop: Any
+    summary: dict[str, Any]
+    done: int
+    state: dict[str, Any]
+
+
+def prepare(cfg: RunConfig, run: RunDir, resume: bool = False) -> Session:
+    """Everything before the first step, for every schedule: clients, resume, tracker,
+    eval before, supervised warm-up."""
     torch.set_num_threads(cfg.trainer.threads or os.cpu_count() or 1)
     spec = registry.resolve(cfg.env.name, cfg.environments)
     project = Path(cfg.project_dir) if cfg.project_dir else None
@@ -192,6 +206,35 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
         if saved.exists():
             summary["eval_warmup"] = json.loads(saved.read_text())
 
+    return Session(ac, tr, rec, stop, summary, done, state)
+
+
+def finish(ses: Session) -> dict[str, Any]:
+    """After the last step: eval after, final status; returns the run's summary."""
+    cfg, run, tracker, summary = ses.ac.cfg, ses.rec.run, ses.rec.tracker, ses.summary
+    ac, tr, rec = ses.ac, ses.tr, ses.rec
+    if rec.eval_tasks and cfg.eval.after:
+        summary["eval_after"] = run_eval(ac, tr, rec, "after", cfg.trainer.max_steps)
+    final = run.latest_checkpoint()
+    if final is not None:
+        tracker.log_artifacts(final / "model", "model")
+    run.set_status(state="finished", step=cfg.trainer.max_steps, finished=utc_now())
+    tracker.close("FINISHED")
+    ac.pool.shutdown()
+    summary["final_checkpoint"] = str(final) if final else None
+    return summary
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
+    """Train; returns a summary (final step, eval before/after). Raises on fatal errors."""
+    ses = prepare(cfg, run, resume)
+    ac, tr, rec, stop, done = ses.ac, ses.tr, ses.rec, ses.stop, ses.done
+    run, progress, tracker, clients = rec.run, rec.progress, rec.tracker, tr.clients
+    eval_tasks = rec.eval_tasks
+
     # ------------------------------------------------------------- the loop
     # Ctrl-C (SIGTERM, SIGHUP) finishes the current step and checkpoints it; a second one
     # stops at once. A flag, not an exception: the main thread may be waiting on a backend.
@@ -271,15 +314,4 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             raise KeyboardInterrupt
     stop.graceful = False  # from here (the final eval) a signal stops at once
     progress.close()
-
-    # ---------------------------------------------------------------- finish
-    if eval_tasks and cfg.eval.after:
-        summary["eval_after"] = run_eval(ac, tr, rec, "after", cfg.trainer.max_steps)
-    final = run.latest_checkpoint()
-    if final is not None:
-        tracker.log_artifacts(final / "model", "model")
-    run.set_status(state="finished", step=cfg.trainer.max_steps, finished=utc_now())
-    tracker.close("FINISHED")
-    pool.shutdown()
-    summary["final_checkpoint"] = str(final) if final else None
-    return summary
+    return finish(ses)

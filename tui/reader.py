@@ -36,7 +36,7 @@ ZERO_VARIANCE_STEPS = 3
 """No learning signal: `groups/zero_variance` at least ZERO_VARIANCE_FRACTION on each of the
 last ZERO_VARIANCE_STEPS steps (the rule the trainer's console warning uses too)."""
 
-_HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs")
+_HEAVY_KEYS = ("token_ids", "loss_mask", "logprobs", "token_versions")
 """Per-token arrays the UI never shows; dropped after parsing to keep memory flat."""
 
 
@@ -137,6 +137,25 @@ def read_evals(path: Path) -> list[dict[str, Any]]:
             out.append({**rec, "name": terminal_safe(f.stem), "_mtime": _mtime(f) or 0.0})
     out.sort(key=lambda r: (r.get("step") if isinstance(r.get("step"), int) else -1, r["_mtime"]))
     return out
+
+
+def async_line(m: dict[str, Any]) -> str | None:
+    """The async schedule's health in one line (None for a sync run's metrics): staleness
+    (mean, max, histogram), dropped samples, buffer depth, engine and learner idle time."""
+    if not isinstance(m.get("staleness/mean"), int | float):
+        return None
+    num = lambda k: m[k] if isinstance(m.get(k), int | float) else 0.0  # noqa: E731
+    hist = sorted(
+        (int(k.rsplit("/", 1)[1]), num(k))
+        for k in m
+        if k.startswith("staleness/hist/") and k.rsplit("/", 1)[1].isdigit()
+    )
+    return (
+        f"staleness {num('staleness/mean'):.1f} (max {num('staleness/max'):.0f}; "
+        + " ".join(f"{s}:{n:.0f}" for s, n in hist)
+        + f")  dropped {num('async/dropped'):.0f}  buffer {num('async/buffer_depth'):.0f} groups"
+        f"  engine idle {num('perf/engine_idle'):.0%}  learner idle {num('perf/learner_idle'):.0%}"
+    )
 
 
 def eval_line(rec: dict[str, Any]) -> str:

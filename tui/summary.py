@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tui.reader import RunReader, eval_line, last_assistant_text, read_evals, terminal_safe
+from tui.reader import (
+    RunReader,
+    async_line,
+    eval_line,
+    last_assistant_text,
+    read_evals,
+    terminal_safe,
+)
 
 
 def shorten(text: str, width: int) -> str:
@@ -64,6 +71,8 @@ def summary_text(reader: RunReader, width: int = 80) -> str:
         f"   {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         f"   {fmt(m.get('time/step'), '.1f')} s/step",
     ]
+    if line := async_line(m):
+        lines.append(f"  async    {line}")
     evals = read_evals(reader.path)
     if evals:
         lines += ["", "evaluations (greedy unless pass@k)"]

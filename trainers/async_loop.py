@@ -1,0 +1,323 @@
+"""Asynchronous RL: rollouts never wait for the learner, new weights reach the engine mid-episode.
+
+    skyrl train --env shell --set trainer.schedule=async                # max_staleness 2
+    skyrl train --env math --set trainer.schedule=async --set async.stale=reweight \\
+        --set algorithm.tis_cap=2                                       # keep stale samples
+
+The sibling of trainers/sync.py, built from the same pieces (trainers/steps.py) and talking
+to the same two clients. Batch b is what sync's step b samples: the same P tasks, the same
+seeds (`collect`). Rollout threads sample batch after batch without waiting for the learner,
+up to `async.rollout_batches` batches ahead of it (default max_staleness + 1); the learner
+trains step t on batch t as soon as it is complete, then pushes the new weights to the
+engine in flight: running requests switch to them between two decode steps (the `hf`
+engine, agents/engine_hf.py) and every token records the version that produced it.
+
+Staleness of a sample: the learner's version when it trains on it minus the version of its
+oldest token. Beyond `async.max_staleness` the sample is dropped (no loss; its reward still
+counts in its group's baseline) or, with `async.stale=reweight`, kept with every token
+weighted by min(p_learner / p_sampled, algorithm.tis_cap) against the log-probs the engine
+actually sampled with (docs/algorithms.md, off-policy correction). With max_staleness 0
+batch b starts only after update b - 1, which is the sync schedule, number for number.
+
+Resume: a checkpoint holds the batches sampled but not yet trained (their trajectories);
+batches that were mid-rollout are sampled again from their tasks and seeds with the
+checkpoint's weights. Step t always trains batch t, so after kill -9 and `--resume` every
+batch is trained once: none lost, none twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, replace
+from typing import Any
+
+from agents.engine import GenRequest, GenResult
+from agents.sampling import Done, SamplingClient
+from agents.trajectory import Trajectory, Turn
+from trainers.config import RunConfig
+from trainers.rundir import RunDir
+from trainers.steps import (
+    Acting,
+    EpisodesFailed,
+    check_failures,
+    collect,
+    no_signal_warning,
+    save_checkpoint,
+    step_metrics,
+    train_step,
+)
+from trainers.sync import finish, prepare, run_eval
+
+# --------------------------------------------------------------------------- rollouts
+
+
+class _Timed:
+    """The sampler as `collect` calls it, timing when any request is on the engine."""
+
+    def __init__(self, sampler: SamplingClient, clock: Rollouts) -> None:
+        self.sampler, self.clock = sampler, clock
+
+    def generate(
+        self, requests: list[GenRequest], temperature: float, top_p: float = 1.0
+    ) -> Done[list[GenResult]]:
+        self.clock.engine_busy(+1)
+        try:
+            return Done(self.sampler.generate(requests, temperature, top_p).result())
+        finally:
+            self.clock.engine_busy(-1)
+
+
+class Rollouts:
+    """Rollout threads, one batch each at a time, and the buffer they fill for the learner."""
+
+    def __init__(
+        self,
+        ac: Acting,
+        sampler: SamplingClient,
+        version: int,
+        first: int,
+        restored: dict[int, list[Trajectory]],
+    ) -> None:
+        cfg = ac.cfg
+        self.ac, self.sampler = ac, _Timed(sampler, self)
+        self.ahead = cfg.async_.rollout_batches or cfg.async_.max_staleness + 1
+        self.last = cfg.trainer.max_steps
+        self.cond = threading.Condition()
+        self.version = version  # the learner's, as live on the engine
+        self.buffer = dict(restored)  # batch -> its episodes, sampled and not yet trained
+        self.running: set[int] = set()
+        self.next = first
+        self.error: BaseException | None = None
+        self.closed = False
+        self.episodes = 0  # finished since the last `counters` call
+        self.busy, self.busy_since, self.busy_s = 0, 0.0, 0.0
+        self.threads = [
+            threading.Thread(target=self._work, name=f"skyrl-rollout-{i}", daemon=True)
+            for i in range(self.ahead)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _claim(self) -> int | None:
+        """The next batch to sample, once the learner is close enough (None: stop)."""
+        with self.cond:
+            while True:
+                while self.next in self.buffer:  # restored from the checkpoint
+                    self.next += 1
+                if self.closed or self.next > self.last:
+                    return None
+                if self.next - self.version <= self.ahead:
+                    self.running.add(self.next)
+                    self.next += 1
+                    return self.next - 1
+                self.cond.wait()
+
+    def _work(self) -> None:
+        while (b := self._claim()) is not None:
+            try:
+                trajs, _ = collect(self.ac, self.sampler, b)  # type: ignore[arg-type]
+            except BaseException as e:  # noqa: BLE001 - handed to the learner's thread
+                with self.cond:
+                    self.error = self.error or e
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.running.discard(b)
+                self.buffer[b] = trajs
+                self.episodes += len(trajs)
+                self.cond.notify_all()
+
+    def take(self, b: int) -> list[Trajectory]:
+        """Batch b's episodes, waiting for them (a rollout thread's error is raised here)."""
+        with self.cond:
+            while b not in self.buffer and self.error is None:
+                self.cond.wait()
+            if b not in self.buffer:
+                raise self.error  # type: ignore[misc]
+            return self.buffer.pop(b)
+
+    def advance(self, version: int) -> None:
+        """New weights are live on the engine: batches further ahead may start."""
+        with self.cond:
+            self.version = version
+            self.cond.notify_all()
+
+    def engine_busy(self, delta: int) -> None:
+        with self.cond:
+            now = time.perf_counter()
+            if self.busy and not self.busy + delta:
+                self.busy_s += now - self.busy_since
+            elif not self.busy and delta > 0:
+                self.busy_since = now
+            self.busy += delta
+
+    def counters(self) -> tuple[int, float, int]:
+        """(episodes finished, engine-busy seconds) since the last call, and buffered groups."""
+        with self.cond:
+            now = time.perf_counter()
+            busy_s = self.busy_s + (now - self.busy_since if self.busy else 0.0)
+            self.busy_s, self.busy_since = 0.0, now
+            episodes, self.episodes = self.episodes, 0
+            depth = sum(len(t) for t in self.buffer.values()) // self.ac.cfg.rollout.group_size
+            return episodes, busy_s, depth
+
+    def snapshot(self) -> dict[str, list[dict[str, Any]]]:
+        """The buffered batches as JSON (a checkpoint's `async_buffer`)."""
+        with self.cond:
+            return {str(b): [asdict(t) for t in trajs] for b, trajs in self.buffer.items()}
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def restore_buffer(state: dict[str, Any]) -> dict[int, list[Trajectory]]:
+    """A checkpoint's buffered batches back as trajectories."""
+    return {
+        int(b): [Trajectory(**{**d, "turns": [Turn(**x) for x in d["turns"]]}) for d in trajs]
+        for b, trajs in state.get("async_buffer", {}).items()
+    }
+
+
+# --------------------------------------------------------------------------- staleness
+
+
+def staleness(trajs: list[Trajectory], version: int) -> list[int]:
+    """Versions between the learner's and each sample's oldest token (0 without tokens)."""
+    return [version - min(t.token_versions, default=version) for t in trajs]
+
+
+def bound(cfg: RunConfig, trajs: list[Trajectory], stale_N: list[int]) -> list[Trajectory]:
+    """The episodes as the update sees them: under `drop`, a sample beyond max_staleness
+    carries no loss (marked like a failed episode, reward kept for its group's baseline)."""
+    k = cfg.async_.max_staleness
+    if cfg.async_.stale == "reweight":
+        return trajs
+    return [
+        replace(t, error=f"stale: {s} versions old (max {k})") if s > k and t.error is None else t
+        for t, s in zip(trajs, stale_N, strict=True)
+    ]
+
+
+def async_metrics(stale_N: list[int], bounded: list[Trajectory], ahead: int) -> dict[str, float]:
+    """The staleness histogram (`staleness/hist/S`: samples S versions old) and counts."""
+    hist = Counter(stale_N)
+    trained = sum(t.error is None and t.response_len > 0 for t in bounded)
+    return {
+        **{f"staleness/hist/{s}": float(hist[s]) for s in range(max(ahead, *hist) + 1)},
+        "staleness/mean": sum(stale_N) / max(1, len(stale_N)),
+        "staleness/max": float(max(stale_N, default=0)),
+        "async/dropped": float(sum(str(t.error).startswith("stale:") for t in bounded)),
+        "async/trained_samples": float(trained),
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
+    """Train on the async schedule; returns a summary like `sync.main`."""
+    ses = prepare(cfg, run, resume)
+    ac, tr, rec, stop, done = ses.ac, ses.tr, ses.rec, ses.stop, ses.done
+    progress, tracker, clients = rec.progress, rec.tracker, tr.clients
+    G = cfg.rollout.group_size
+    sampler = clients.policy.sampling_client()
+    rollouts = Rollouts(ac, sampler, tr.version, done + 1, restore_buffer(ses.state))
+    if rollouts.buffer:
+        progress.note(f"restored {len(rollouts.buffer)} sampled batches from the checkpoint")
+
+    # ------------------------------------------------------------- the loop
+    # As in sync: Ctrl-C finishes the current step and checkpoints it (buffer included).
+    stop.graceful = True
+    progress.start(done)
+    step_times: list[float] = []
+    zero_variance: list[float] = []
+    warned_no_signal = False
+    t_last = time.perf_counter()
+    try:
+        for step in range(done + 1, cfg.trainer.max_steps + 1):
+            # 1. batch `step`: sampled ahead by the rollout threads (wait when it is not done)
+            t0 = time.perf_counter()
+            trajs = rollouts.take(step)
+            t_wait = time.perf_counter() - t0
+            try:
+                if warning := check_failures(trajs, step, cfg.trainer.max_failed_fraction):
+                    progress.note(warning)
+            except EpisodesFailed:
+                run.write_rollouts(step, [t.to_record(step) for t in trajs])
+                raise
+
+            # 2. the staleness bound, then the same update as sync's (groups in task order)
+            stale_N = staleness(trajs, tr.version)
+            bounded = bound(cfg, trajs, stale_N)
+            kept = [bounded[i : i + G] for i in range(0, len(bounded), G)]
+            t0 = time.perf_counter()
+            learn = train_step(tr, kept)
+            t_train = time.perf_counter() - t0
+
+            # 3. push the new weights: live on the engine between two of its decode steps
+            t0 = time.perf_counter()
+            tr.version += 1
+            clients.policy.save_weights_and_get_sampling_client(tr.version)
+            rollouts.advance(tr.version)
+            t_sync = time.perf_counter() - t0
+
+            # 4. record (rates over the time since the previous step ended)
+            now = time.perf_counter()
+            t_all, t_last = now - t_last, now
+            episodes, busy_s, depth = rollouts.counters()
+            step_times.append(t_all)
+            metrics = step_metrics(trajs, G, learn) | async_metrics(
+                stale_N, bounded, rollouts.ahead
+            )
+            metrics |= {
+                "groups/kept": float(len(kept)),
+                "time/wait": t_wait,
+                "time/train": t_train,
+                "time/sync": t_sync,
+                "time/step": t_all,
+                "async/buffer_depth": float(depth),
+                "perf/engine_idle": max(0.0, 1.0 - busy_s / t_all),
+                "perf/learner_idle": t_wait / t_all,
+                "perf/episodes_per_s": episodes / t_all,
+                "perf/tokens_per_s": sum(t.response_len for t in trajs) / t_all,
+                "perf/trained_samples_per_s": metrics["async/trained_samples"] / t_all,
+                "policy_version": tr.version,
+            }
+            every = cfg.eval.every
+            if rec.eval_tasks and every and step % every == 0 and step < cfg.trainer.max_steps:
+                report = run_eval(ac, tr, rec, f"step-{step:06d}", step)
+                metrics["eval/accuracy"] = report["accuracy"]
+                metrics["eval/mean_reward"] = report["mean_reward"]
+            records = [
+                t.to_record(step) | {"staleness": s, "dropped": b.error != t.error}
+                for t, b, s in zip(trajs, bounded, stale_N, strict=True)
+            ]
+            run.write_rollouts(step, records)
+            run.append_metrics({"step": step, "time": time.time(), **metrics})
+            tracker.log_metrics(metrics, step)
+            run.set_status(step=step, last_reward=metrics["reward/mean"])
+            zero_variance.append(metrics["groups/zero_variance"])
+            if not warned_no_signal and (warning := no_signal_warning(zero_variance, step)):
+                progress.note(warning)
+                warned_no_signal = True
+            eta = (cfg.trainer.max_steps - step) * sum(step_times[-5:]) / len(step_times[-5:])
+            progress.step(step, metrics, eta)
+
+            # 5. checkpoint, with the batches sampled ahead and not yet trained
+            last = step == cfg.trainer.max_steps
+            if step % cfg.trainer.checkpoint_every == 0 or last or stop.is_set():
+                extra = {"async_buffer": {} if last else rollouts.snapshot()}
+                save_checkpoint(tr, run, step, tracker.run_id, extra)
+            if stop.is_set():
+                progress.close()
+                tracker.close("KILLED")
+                raise KeyboardInterrupt
+    finally:
+        rollouts.close()
+    stop.graceful = False
+    progress.close()
+    return finish(ses)
