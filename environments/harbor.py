@@ -54,7 +54,7 @@ from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
 
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -610,11 +610,15 @@ def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | No
 
 
 def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
-    """Start the ENTRYPOINT with a short command: None, or what it said when it failed."""
-    _prepare_run(sandbox, root, image)
+    """Start the ENTRYPOINT with a short command, on a throwaway copy of the layer (what it
+    writes is no part of the image): None, or what it said when it failed."""
+    probe_root = sandbox.workdir / "probe"
+    shutil.copytree(root, probe_root, symlinks=True)
+    _prepare_run(sandbox, probe_root, image)
     probe = [*image.entrypoint, "/bin/sh", "-c", f"sleep {PROBE_S}"]
     result = sandbox.run(probe, timeout=PROBE_S + 30)
     sandbox.kill_all()
+    shutil.rmtree(probe_root, ignore_errors=True)
     text = f"{result.stdout}\n{result.stderr}"
     errors = [ln for ln in text.splitlines() if re.search(r"Error|error:|denied|not found", ln)]
     if result.returncode != 0 or errors:

@@ -282,3 +282,22 @@ def test_the_verifier_preamble_runs_offline(tmp_path, cache):
             assert "1 passed" in info["verifier"]["output"] or not done
     finally:
         env.close()
+
+
+def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
+    entry = '#!/bin/bash\necho "$(date +%s%N)" >> /logs/started\nexec "$@"\n'
+    dockerfile = (
+        'FROM x\nCOPY entry.sh /entry.sh\nRUN chmod +x /entry.sh\nENTRYPOINT ["/entry.sh"]\n'
+    )
+    test_sh = (
+        "#!/bin/bash\n[ $(wc -l < /logs/started) -ge 2 ] && echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh, {"entry.sh": entry})
+    env = ShellEnv(timeout_s=20)
+    try:
+        obs, _ = env.reset(options={"task": task})
+        assert "bash shell in /app," in obs  # no WORKDIR: Harbor's default
+        assert env.step("<bash>wc -l < /logs/started</bash>")[0].startswith("1\n")
+        assert env.step("<submit/>")[1] == 1.0  # started again for the verifier
+    finally:
+        env.close()
