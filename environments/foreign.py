@@ -1,6 +1,15 @@
 """Environments from the ecosystem behind skyrl's contract: `--env skyrl_gym:<name>` runs any
-SkyRL-Gym environment (PyPI `skyrl-gym`, the optional extra `skyrl-gym`), imported only
-when such an environment is made.
+SkyRL-Gym environment (PyPI `skyrl-gym`, the optional extra `skyrl-gym`), and
+`--env verifiers:<module>` a `verifiers` (v1) taskset module (the extra `verifiers`); each
+package is imported only when such an environment is made.
+
+verifiers: the module's exported `Taskset` is loaded as `verifiers eval` loads it (an
+installed package or a module on the path); its tasks are the environment's bundled tasks
+(every split is all of them: a taskset has no splits), their prompt the first observation.
+An episode is one turn, as verifiers' default single-agent env with a tool-less model:
+the action is the model's reply, scored by the task's own `@vf.reward` functions (their
+weighted sum is the reward, each kept in `info["rewards"]`). Tasks that need a runtime
+(a sandbox, tools, a harness) are not run here.
 
 A SkyRL-Gym environment is built per episode from the task's dataset row, as SkyRL does:
 `skyrl_gym.make(name, env_config=..., extras={"reward_spec": ..., "extra_info": ...})`,
@@ -13,6 +22,8 @@ reward of at least 1.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +31,7 @@ import gymnasium as gym
 from environments import text_env
 from tasks.task import Task
 
-__all__ = ["SkyRLGymEnv"]
+__all__ = ["SkyRLGymEnv", "VerifiersEnv"]
 
 PREFIX = "SkyRLGym__"
 """`environments.foreign:SkyRLGym__<name>` is SkyRLGymEnv bound to `<name>` (the registry's
@@ -109,11 +120,115 @@ class SkyRLGymEnv(gym.Env):
         self._env = None
 
 
-def __getattr__(attr: str) -> type[SkyRLGymEnv]:
-    """`SkyRLGym__<name>`: a subclass of SkyRLGymEnv bound to the SkyRL-Gym id `<name>`."""
-    if not attr.startswith(PREFIX) or attr == PREFIX:
+@functools.cache
+def _taskset(module: str) -> tuple[Any, ...]:
+    """The tasks of a verifiers taskset module, loaded once per process."""
+    try:
+        import verifiers.v1 as vf
+        from verifiers.v1.utils.loaders import taskset_class
+    except ImportError:
+        raise ValueError(
+            "--env verifiers:MODULE needs the package verifiers: pip install 'skyrl[verifiers]'"
+        ) from None
+    try:
+        cls = taskset_class(module)
+    except (ImportError, AttributeError, TypeError) as e:
+        raise ValueError(f"verifiers taskset {module!r} does not load: {e}") from None
+    return tuple(cls(vf.TasksetConfig(id=module)))
+
+
+def _messages(prompt: Any) -> str | list[dict[str, str]]:
+    if prompt is None or isinstance(prompt, str):
+        return prompt or ""
+    return [
+        {"role": str(getattr(m, "role", "user")), "content": str(getattr(m, "content", ""))}
+        for m in prompt
+    ]
+
+
+def verifiers_suite(module: str, split: str | None = None) -> list[Task]:
+    """The taskset's tasks as Tasks of env `verifiers:<module>` (every split: all of them)."""
+    return [
+        Task(
+            id=str(t.data.id or f"{module}-{i}"),
+            env=f"verifiers:{module}",
+            prompt=_messages(t.data.prompt),
+            metadata={"verifiers_index": i},
+        )
+        for i, t in enumerate(_taskset(module))
+    ]
+
+
+class VerifiersEnv(gym.Env):
+    """One-turn episodes of a verifiers taskset (`module`), scored by its tasks' rewards."""
+
+    module = ""
+    """The taskset module a bound subclass runs (`__getattr__` below makes them)."""
+
+    def __init__(self, module: str | None = None, max_turns: int = 1, **kwargs: Any) -> None:
+        self.module = module or self.module
+        self.tasks = _taskset(self.module)
+        self.max_turns = text_env.turn_limit(max_turns)
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
+        self.system_prompt: str | None = None
+        self._task: Any = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = text_env.episode_task(self, options, lambda: verifiers_suite(self.module))
+        index = task.metadata.get("verifiers_index")
+        if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+            raise ValueError(f"task {task.id!r} names no task of verifiers:{self.module}")
+        self._task = self.tasks[index]
+        self.system_prompt = self._task.data.system_prompt
+        prompt = _messages(self._task.data.prompt)
+        text = prompt if isinstance(prompt, str) else (prompt[-1]["content"] if prompt else "")
+        return text[:MAX_OBSERVATION_CHARS], {"task_id": task.id, "turns_left": 1}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            raise RuntimeError("reset() first (or the episode is over)")
+        from verifiers.v1 import trace as vtrace
+        from verifiers.v1 import types
+        from verifiers.v1.configs.agent import AgentConfig
+        from verifiers.v1.graph import MessageNode
+
+        task, self._task = self._task, None
+        prompt = task.data.prompt_text
+        trace = vtrace.Trace(
+            task=vtrace.TraceTask(type=type(task).__name__, data=task.data),
+            agent=vtrace.AgentInfo(config=AgentConfig()),
+            nodes=[
+                MessageNode(message=types.UserMessage(content=prompt)),
+                MessageNode(
+                    parent=0, message=types.AssistantMessage(content=str(action)), sampled=True
+                ),
+            ],
+        )
+        asyncio.run(task.score(trace))
+        rewards = {k: r.value for k, r in trace.rewards.items() if r is not None}
+        reward = float(trace.reward)
+        info = {"turns_left": 0, "correct": reward >= 1.0, "rewards": rewards}
+        return "", reward, True, False, info
+
+
+_BOUND: dict[str, tuple[type, str]] = {"SkyRLGym__": (SkyRLGymEnv, "env_name")}
+_BOUND["Verifiers__"] = (VerifiersEnv, "module")
+
+
+def __getattr__(attr: str) -> Any:
+    """`SkyRLGym__<name>` / `Verifiers__<module>`: the adapter bound to one foreign
+    environment (a class like any other for the trainer and Ray); `suite__<module>`: the
+    bundled tasks of `verifiers:<module>`."""
+    if attr.startswith("suite__"):
+        return functools.partial(verifiers_suite, attr.removeprefix("suite__"))
+    prefix = next((p for p in _BOUND if attr.startswith(p) and attr != p), None)
+    if prefix is None:
         raise AttributeError(attr)
-    cls = type(attr, (SkyRLGymEnv,), {"env_name": attr.removeprefix(PREFIX)})
+    base, field = _BOUND[prefix]
+    cls = type(attr, (base,), {field: attr.removeprefix(prefix)})
     cls.__module__ = __name__
     globals()[attr] = cls
     return cls

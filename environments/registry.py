@@ -82,7 +82,10 @@ def known_envs(declared: dict[str, str] | None = None) -> dict[str, EnvSpec]:
     return {**BUILTINS, **plugin_specs(declared)}
 
 
-FOREIGN = {"skyrl_gym": ("environments.foreign:SkyRLGym__", "SkyRL-Gym")}
+FOREIGN = {
+    "skyrl_gym": ("environments.foreign:SkyRLGym__", "SkyRL-Gym"),
+    "verifiers": ("environments.foreign:Verifiers__", "verifiers"),
+}
 """`--env PREFIX:NAME`: an environment of another package through a built-in adapter."""
 
 
@@ -91,7 +94,8 @@ def resolve(name: str, declared: dict[str, str] | None = None) -> EnvSpec:
     prefix, _, foreign = name.partition(":")
     if prefix in FOREIGN and foreign:
         entry, package = FOREIGN[prefix]
-        return EnvSpec(name, entry + foreign, f"({package} environment {foreign})")
+        suite = f"environments.foreign:suite__{foreign}" if prefix == "verifiers" else None
+        return EnvSpec(name, entry + foreign, f"({package} environment {foreign})", suite=suite)
     specs = known_envs(declared)
     if name not in specs:
         hint = (

@@ -89,3 +89,67 @@ def test_skyrl_gym_gsm8k_trains_two_steps_with_tiny(tmp_path, ray_address):
     assert all(m["episodes"] == 4 and m["episodes/failed"] == 0 for m in metrics), metrics
     rollouts = (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
     assert all("What is" in json.dumps(json.loads(r)["turns"][0]) for r in rollouts)
+
+
+VF_MODULE = '''"""A verifiers (v1) environment module: sums, reward 1 for the right number."""
+import verifiers.v1 as vf
+
+__all__ = ["SumTaskset", "SumTask", "SumData"]
+
+
+class SumData(vf.TaskData):
+    answer: str = ""
+
+
+class SumTask(vf.Task[SumData]):
+    @vf.reward
+    async def correct(self, task, trace) -> float:
+        words = trace.last_reply.replace(".", " ").split()
+        return float(bool(words) and words[-1] == task.answer)
+
+
+class SumTaskset(vf.Taskset[SumTask]):
+    def load(self):
+        for i, (a, b) in enumerate([(2, 3), (4, 5), (6, 7), (10, 11)]):
+            data = SumData(id=f"sum-{i}", prompt=f"What is {a} + {b}?", answer=str(a + b))
+            yield SumTask(data, self.config.task)
+'''
+
+
+@pytest.fixture
+def vf_module(tmp_path, monkeypatch):
+    pytest.importorskip("verifiers.v1", reason="the optional extra verifiers is not installed")
+    (tmp_path / "vf_sums.py").write_text(VF_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_verifiers_env_through_the_adapter(vf_module):
+    spec = registry.resolve("verifiers:vf_sums")
+    tasks = registry.bundled_tasks(spec, "train")
+    assert [t.id for t in tasks] == ["sum-0", "sum-1", "sum-2", "sum-3"]
+    env = registry.make_env(spec)
+    obs, info = env.reset(options={"task": tasks[2]})
+    assert obs == "What is 6 + 7?" and info["task_id"] == "sum-2"
+    _, reward, terminated, _, info = env.step("6 + 7 = 13.")
+    assert (reward, terminated, info["rewards"]) == (1.0, True, {"correct": 1.0})
+    env.reset(options={"task": tasks[2]})
+    assert env.step("12")[1] == 0.0
+
+
+def test_verifiers_env_trains_two_steps_with_tiny(vf_module, ray_address):
+    skyrl(
+        "train",
+        *("--env", "verifiers:vf_sums", "--model", "tiny", "--max-steps", "2"),
+        *("--run-name", "sums", "--ray-address", ray_address),
+        *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
+        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0"),
+        cwd=vf_module,
+        env={"PYTHONPATH": str(vf_module)},
+    )
+    (run,) = (vf_module / "runs").glob("sums*")
+    metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m["episodes"] == 4 and m["episodes/failed"] == 0 for m in metrics), metrics
+    rollouts = (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    assert all("What is" in json.dumps(json.loads(r)["turns"][0]) for r in rollouts)
