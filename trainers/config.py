@@ -88,6 +88,10 @@ class RolloutConfig(_Section):
     """Nucleus sampling mass (1.0 = off). The loss assumes the full distribution, so keep 1.0 for exact ratios."""
     env_workers: int = Field(4, ge=1)
     """Threads that step environments in parallel."""
+    num_engines: int = Field(1, ge=1)
+    """Engine replicas; requests are spread over them by load and each gets every update."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs per vllm engine (tensor parallel); 1 for hf."""
 
     @model_validator(mode="after")
     def _budgets(self) -> RolloutConfig:
@@ -137,7 +141,7 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0)
     """Entropy bonus: subtract entropy_coef × entropy from the loss."""
     tis_cap: float | None = Field(None, gt=0)
-    """Truncated importance sampling: weight each token by min(p_learner / p_sampler, cap) (null = off)."""
+    """Truncated importance sampling: weight each token by min(p_learner / p_sampler, cap); null = off with the hf engine (it is the learner's own model), 2.0 with vllm (another implementation of it)."""
     train_batch_size: int | None = Field(None, ge=1)
     """Groups per update; null = rollout.batch_size. Dynamic sampling samples until it has this many."""
     dynamic_sampling: bool = False

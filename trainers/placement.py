@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents.replicas import Replicas
 from agents.sampling import Local, SamplingClient
 from trainers.algorithm_table import ALGORITHMS
 from trainers.client import TrainingClient
@@ -85,7 +86,13 @@ def _build(kind: str, model_path: str, cfg: RunConfig) -> Any:
     import torch
 
     torch.set_num_threads(_threads(cfg))
-    if kind == "engine":
+    if kind == "engine" and cfg.rollout.engine == "vllm":
+        from agents.engine_vllm import VLLMEngine
+
+        return VLLMEngine(
+            model_path, cfg.model.dtype, _threads(cfg), cfg.rollout.tensor_parallel_size
+        )
+    if kind in ("engine", "reference"):  # the reference only scores: hf at any temperature
         from agents.engine_hf import HFEngine
 
         return HFEngine(model_path, dtype=cfg.model.dtype, threads=_threads(cfg))
@@ -145,10 +152,13 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
     """Build the clients' backends: in this process (`local`), or as Ray actors on the
     cluster at `ray.address` (a private local one by default). num_cpus=0: on a laptop
     every actor shares every core, taking turns (the sync schedule never runs them at once)."""
-    if cfg.rollout.engine != "hf":
-        raise ValueError(
-            f"rollout.engine={cfg.rollout.engine!r} needs a GPU build that is not installed; use hf"
-        )
+    if cfg.rollout.engine == "vllm":
+        import importlib.util
+
+        from agents.engine_vllm import MISSING, VLLMMissing
+
+        if importlib.util.find_spec("vllm") is None:  # before Ray starts: one sentence
+            raise VLLMMissing(MISSING)
     if local:
         make: Any = lambda kind: Local(_build(kind, str(model_path), cfg))  # noqa: E731
     else:
@@ -172,10 +182,12 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
             return handles[-1]
 
     entry = ALGORITHMS[cfg.algorithm.name]
+    replicas = [make("engine") for _ in range(cfg.rollout.num_engines)]
+    engines = replicas[0] if len(replicas) == 1 else Replicas(replicas)
     clients = Clients(
-        policy=TrainingClient(make("learner"), SamplingClient(make("engine"))),
+        policy=TrainingClient(make("learner"), SamplingClient(engines)),
         critic=TrainingClient(make("critic")) if entry.critic else None,
-        reference=SamplingClient(make("engine")) if cfg.algorithm.kl_coef > 0 else None,
+        reference=SamplingClient(make("reference")) if cfg.algorithm.kl_coef > 0 else None,
     )
     if not local:
         # While the workers start, the driver imports what it needs next (the tokenizer, the

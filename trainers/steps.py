@@ -249,12 +249,12 @@ def build_data(
     for k, group in enumerate(kept):
         for g, t in enumerate(group):
             if t.error is None and t.response_len > 0 and not (a.overlong_filter and t.cut_off):
-                extra = (
-                    {"sampler_logprobs": t.logprobs or [0.0] * len(t.token_ids)}
-                    if a.tis_cap is not None
-                    else {}
+                sampled = t.logprobs or [0.0] * len(t.token_ids)  # TIS, rollout/logprob_diff
+                data.append(
+                    Datum.from_sequence(
+                        t.token_ids, t.loss_mask, t.prompt_len, sampler_logprobs=sampled
+                    )
                 )
-                data.append(Datum.from_sequence(t.token_ids, t.loss_mask, t.prompt_len, **extra))
                 trained.append((k, g))
     return data, trained
 
@@ -275,7 +275,9 @@ def freeze(tr: Learning, data: list[Datum], steps: int) -> dict[str, list[torch.
     log-probs before the update (`old`; with one optimizer step the old policy *is* the
     current one, so the pass is skipped), the reference's (`ref`), the critic's values."""
     a, c = tr.cfg.algorithm, tr.clients
-    need_old = steps > 1 or a.tis_cap is not None or (a.kl_in_reward and c.reference is not None)
+    need_old = (
+        steps > 1 or tis_cap(tr.cfg) is not None or (a.kl_in_reward and c.reference is not None)
+    )
     old = c.policy.forward(data).result() if need_old else None
     values = c.critic.forward(data, "value").result() if c.critic else None
     if c.reference is not None:
@@ -319,12 +321,37 @@ def _scatter(d: Datum, at_loss: torch.Tensor) -> list[float]:
 # ------------------------------------------------------------------------ update
 
 
+AUTO_TIS_CAP = 2.0
+"""The TIS cap when the engine is not the learner's own model and none is set (veRL's)."""
+
+
+def tis_cap(cfg: RunConfig) -> float | None:
+    """`algorithm.tis_cap`; unset, AUTO_TIS_CAP with a vllm engine: another implementation
+    of the model (other kernels, another summation order) samples, so its log-probs differ
+    from the learner's by a little and truncated importance sampling corrects for it."""
+    if cfg.algorithm.tis_cap is not None or cfg.rollout.engine == "hf":
+        return cfg.algorithm.tis_cap
+    return AUTO_TIS_CAP
+
+
+def logprob_diff(data: list[Datum], learner: list[list[float]]) -> float:
+    """Mean |sampler - learner| log-prob over the trained tokens (`learner` at each datum's
+    loss positions): how far the engine's numbers are from the learner's."""
+    diffs = [
+        abs(s - float(lp))
+        for d, lps in zip(data, learner, strict=True)
+        for s, lp in zip(d.at_loss("sampler_logprobs"), lps, strict=True)
+    ]
+    return sum(diffs) / max(1, len(diffs))
+
+
 def loss_config(cfg: RunConfig, kl_coef: float) -> dict[str, Any]:
     """The policy loss's `loss_fn_config` for this step (see trainers/losses.py)."""
     a = cfg.algorithm
     keys = {"clip_low", "clip_high", "dual_clip", "loss_agg", "kl_estimator", "entropy_coef"}
     return {
-        **a.model_dump(include=keys | {"tis_cap"}),
+        **a.model_dump(include=keys),
+        "tis_cap": tis_cap(cfg),
         "loss_agg_constant": a.loss_agg_constant or cfg.rollout.max_new_tokens * cfg.env.max_turns,
         "kl_coef": 0.0 if a.kl_in_reward else kl_coef,  # in the reward, it is not in the loss
     }
@@ -374,8 +401,12 @@ def update(
     steps = optimizer_steps(cfg, data)
     sums: dict[str, float] = defaultdict(float)
     out: dict[str, float] = {}
+    # the learner's log-probs before the update: `old`, or (one optimizer step) its pass's
+    learner = None if frozen["old"] is None else [o.tolist() for o in frozen["old"]]
     for mini in steps:
         fbs = [c.policy.forward_backward([data[i] for i in mini], loss_fn, loss_config(cfg, beta))]
+        if learner is None and len(mini) == len(data):
+            learner = [o["logprobs"] for o in fbs[0].result().loss_fn_outputs]
         if c.critic is not None:
             value_cfg = {"value_clip": a.value_clip}
             fbs.append(
@@ -398,6 +429,8 @@ def update(
                 sums[k] += v
         tr.optim_steps += 1
     out |= update_metrics(data, frozen, adv, returns, sums, len(steps), beta)
+    if learner is not None:
+        out["rollout/logprob_diff"] = logprob_diff(data, learner)
     tr.kl.update(out["kl"], len(data))  # the controller moves on the KL this step measured
     return out
 
