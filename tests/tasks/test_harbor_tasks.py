@@ -11,6 +11,7 @@ import pytest
 from environments.shell import ShellEnv
 from tasks import harbor
 from tasks.harbor import SUITE_DIR, load_harbor_task, load_suite, read_reward
+from tests.conftest import skyrl
 
 CATEGORIES = {
     "file-editing",
@@ -162,3 +163,18 @@ def test_shipped_solution_scores_one_and_empty_attempt_zero(env, task):
     obs, reward, terminated, truncated, info = env.step("<submit/>")
     assert (reward, terminated, truncated, info["correct"]) == (0.0, True, False, False), info
     assert info["reward_error"] is None, info  # a real 0 from the tests, not a missing file
+
+
+def test_skyrl_eval_oracle_on_the_bundled_split(tmp_path):
+    """`skyrl eval --env shell --agent oracle`: Harbor's oracle agent, no model."""
+    done = skyrl("eval", "--env", "shell", "--agent", "oracle", "--split", "test", cwd=tmp_path)
+    assert done.stdout.splitlines() == [
+        "backup-archive: reward 1 [reward=1]",
+        "git-revert-commit: reward 1 [reward=1]",
+        "oracle: mean reward 1.000 over 2 tasks run, 0 not run",
+    ]
+    bad = skyrl("eval", "--env", "shell", "--agent", "bogus", cwd=tmp_path, check=False)
+    assert (bad.returncode, bad.stderr.strip()) == (
+        2,
+        "error: unknown --agent 'bogus' for --env shell; known: oracle, noop",
+    )
