@@ -149,6 +149,8 @@ def _prepare(
     from trainers.rundir import RunDir, check_run_name, new_run_id, read_saved_config
 
     if resume is not None:
+        # the learner's worker count may change: checkpoints hold full tensors by name
+        workers = [s for s in sets if s.replace(" ", "").startswith("learner.num_workers=")]
         changed = [
             n
             for n, v in (
@@ -160,11 +162,11 @@ def _prepare(
                 ("--run-name", run_name),
             )
             if v is not None
-        ] + (["--set"] if sets else [])
+        ] + (["--set"] if len(sets) > len(workers) else [])
         if changed:
             raise ConfigError(
                 f"--resume reuses the run's saved config, so {', '.join(changed)} cannot change; "
-                "only --max-steps and --ray-address can"
+                "only --max-steps, --ray-address and --set learner.num_workers=N can"
             )
         # Hold the run before reading it: two resumes of one run never both train. The
         # saved config is read, never rewritten (changed steps/address live in status.json).
@@ -182,6 +184,11 @@ def _prepare(
             cfg.trainer.max_steps = saved_max  # a step count a previous resume extended to
         if ray_address is not None:
             cfg.ray.address = ray_address
+        for item in workers:
+            n = parse_set(item)["learner"]["num_workers"]
+            if type(n) is not int or n < 1:
+                raise ConfigError(f"--set {item!r}: learner.num_workers must be an integer >= 1")
+            cfg.learner.num_workers = n
         return cfg, run
 
     layers: list[dict[str, Any]] = []

@@ -289,6 +289,19 @@ class RayConfig(_Section):
     """Join an existing cluster (`ray://...` or `host:port`); default: start a local one."""
 
 
+class LearnerConfig(_Section):
+    """How the policy trains: one process, or a group of Ray actors (docs/scaling.md)."""
+
+    strategy: Literal["torch", "fsdp", "deepspeed"] = "torch"
+    """`torch`: every worker holds the whole model, gradients all-reduced; `fsdp`: FSDP2
+    (weights, gradients and optimizer state sharded); `deepspeed`: ZeRO (`zero_stage`)."""
+    num_workers: int = Field(1, ge=1)
+    """Learner processes: Ray actors in one torch.distributed group (gloo on CPU, NCCL on
+    GPU); each step's micro-batches are split over them. 1 with `torch`: the one-process learner."""
+    zero_stage: Literal[2, 3] = 2
+    """DeepSpeed ZeRO stage: 2 shards gradients and optimizer state, 3 the weights too."""
+
+
 class RunConfig(_Section):
     """Everything a training run needs; saved resolved to `runs/<id>/config.yaml`."""
 
@@ -335,6 +348,7 @@ class RunConfig(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
     environments: dict[str, str] = Field(default_factory=dict)
     """User environments: name -> `module:Class` or `file.py:Class` (relative to the config file)."""
     project_dir: str | None = None

@@ -72,6 +72,15 @@ class TorchLearner:
         torch.manual_seed(cfg.trainer.seed)
         self.cfg = cfg
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # One of `world` learner workers (trainers/learner_dist.py): this one runs every
+        # world-th forward pass from `rank` and scales its loss so the group's summed
+        # gradients are the whole batch's; `backward` is the strategy's (DeepSpeed's engine).
+        self.rank, self.world = 0, 1
+        self.backward: Any = lambda loss: loss.backward()
+        self.passes: list[list[int]] = []
+        """The micro-batches (data indices) the last call ran here, in order."""
+        self.short = 0
+        """Passes fewer than the busiest worker's in the last call (collectives must pair)."""
         # Trained weights stay float32 (the master copy) and the forward runs under autocast
         # in model.dtype: an AdamW step of ~lr = 1e-5 is below bf16's resolution for most
         # weights, so bf16 weights stepped in place would mostly not move.
@@ -135,8 +144,9 @@ class TorchLearner:
         (Gemma2's final softcap, Granite's logits_scaling) is done here as in the engine.
         """
         P = batch[0].prompt_len
-        shared = (
-            len(batch) > 1
+        shared = (  # a group runs one model call per pass in every worker: plain passes only
+            self.world == 1
+            and len(batch) > 1
             and P > 0
             and all(s.token_ids[:P] == batch[0].token_ids[:P] for s in batch)
         )
@@ -257,7 +267,7 @@ class TorchLearner:
                 inputs.get("sampler_logprobs"),
                 inputs.get("ref_logprobs"),
             )
-            part.backward()
+            self.backward(part)
             sums["loss:sum"] += part.item()
             for k, v in part_sums.items():
                 sums[k] += v
@@ -305,12 +315,13 @@ class TorchLearner:
         size = self.cfg.algorithm.micro_batch_size
         total = 0.0
         outputs: list[dict[str, list[float]]] = []
-        for i in range(0, len(batch), size):
-            samples = batch[i : i + size]
+        plan = [list(range(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
+        for mb in self._mine(plan):
+            samples = [batch[i] for i in mb]
             # supervised learning is at temperature 1, whatever the sampler's temperature
             logp_N, _, _ = self._token_logprobs(self.model, samples, temperature=1.0)
             loss = -logp_N.sum() / norm
-            loss.backward()
+            self.backward(loss)
             total += loss.item()
             counts = [s.n_loss for s in samples]
             outputs += [{"logprobs": x.tolist()} for x in logp_N.detach().split(counts)]
@@ -333,7 +344,7 @@ class TorchLearner:
                 values_B_T, inputs["values"], inputs["returns"], mask_B_T, c["value_clip"]
             )
             n = float(mask_B_T.sum())
-            (loss * (n / call_tokens)).backward()
+            self.backward(loss * (n / call_tokens))
             sums["value_loss:sum"] += float(loss.detach()) * n
             sums["value_clip_frac:sum"] += float(clip_frac) * n
             outputs += [{"values": x.tolist()} for x in _split(values_B_T.detach(), mask_B_T)]
@@ -349,7 +360,14 @@ class TorchLearner:
     def _micro(self, batch: list[Sample]) -> list[list[int]]:
         a = self.cfg.algorithm
         keys = [(s.prompt_len, tuple(s.token_ids[: s.prompt_len])) for s in batch]
-        return micro_batches(keys, min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size))
+        size = min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size)
+        return self._mine(micro_batches(keys, size))
+
+    def _mine(self, plan: list[list[int]]) -> list[list[int]]:
+        """The passes this worker runs: all of them alone, every world-th in a group."""
+        self.passes = plan[self.rank :: self.world]
+        self.short = -(-len(plan) // self.world) - len(self.passes)
+        return self.passes
 
     def _inputs(self, data: list[Datum], mb: list[int]) -> dict[str, torch.Tensor]:
         """The micro-batch's per-token inputs at the loss positions, as rows: key -> x_B_T."""
@@ -400,6 +418,18 @@ class TorchLearner:
             load_weights(self.model, saved)
         except WeightsError as e:
             raise CheckpointError(str(e)) from None
+        if "full_optimizer" in extra:  # a learner group's (trainers/learner_dist.py): by name
+            names = [n for n, _ in self.model.named_parameters()]
+            full = extra["full_optimizer"]
+            state = {
+                i: {**full[n], "step": torch.tensor(full[n]["step"])}
+                for i, n in enumerate(names)
+                if n in full
+            }
+            extra["optimizer"] = {
+                "state": state,
+                "param_groups": self.opt.state_dict()["param_groups"],
+            }
         self.opt.load_state_dict(extra["optimizer"])
 
 

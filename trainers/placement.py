@@ -2,7 +2,8 @@
 
 The loop only sees `TrainingClient` and `SamplingClient`; that their backends are Ray
 actors here (and, later, FSDP/DeepSpeed groups or vLLM servers on GPUs) is this module's
-business. The only module that imports ray.
+business. The only module that imports ray, with trainers/learner_group.py (a learner that
+is `learner.num_workers` actors in one torch.distributed group).
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
 
         if importlib.util.find_spec("vllm") is None:  # before Ray starts: one sentence
             raise VLLMMissing(MISSING)
+    group = cfg.learner.strategy != "torch" or cfg.learner.num_workers > 1
+    if local and group:
+        raise ValueError("learner.num_workers > 1 and fsdp/deepspeed run on Ray, not in-process")
     if local:
         make: Any = lambda kind: Local(_build(kind, str(model_path), cfg))  # noqa: E731
     else:
@@ -173,7 +177,11 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         actor = ray.remote(num_cpus=0)(_Worker)
         handles: list[_RayHandle] = []
 
-        def make(kind: str) -> _RayHandle:
+        def make(kind: str) -> Any:
+            if kind == "learner" and group:  # N actors in one torch.distributed group
+                from trainers.learner_group import learner_group
+
+                return learner_group(cfg, str(model_path), _threads(cfg))
             # async: an engine takes new weights while it decodes (agents/engine_hf.py), and
             # several batches decode at once, so its calls run on threads
             threaded = kind == "engine" and cfg.trainer.schedule == "async"
