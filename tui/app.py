@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from tui.chart import LineChart
 from tui.reader import (
     RunReader,
-    async_line,
+    async_lines,
     eval_line,
     last_assistant_text,
     list_runs,
@@ -280,8 +280,8 @@ class RunScreen(Screen[None]):
             f"  {fmt(m.get('perf/episodes_per_s'), '.2f')} episodes/s"
             f"  {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         )
-        if line := async_line(m):
-            text.append(f"\nasync {line}")
+        if lines := async_lines(m):
+            text.append("\nasync " + "  ".join(lines))
         evals = read_evals(r.path)
         if evals:
             text.append("\neval " + "  ".join(f"{e['name']}: {eval_line(e)}" for e in evals[-3:]))

@@ -139,23 +139,25 @@ def read_evals(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def async_line(m: dict[str, Any]) -> str | None:
-    """The async schedule's health in one line (None for a sync run's metrics): staleness
-    (mean, max, histogram), dropped samples, buffer depth, engine and learner idle time."""
+def async_lines(m: dict[str, Any]) -> list[str]:
+    """The async schedule's health in two short lines (none for a sync run's metrics):
+    staleness (mean, max, histogram of samples by versions old) and dropped samples; buffer
+    depth, engine and learner idle time."""
     if not isinstance(m.get("staleness/mean"), int | float):
-        return None
+        return []
     num = lambda k: m[k] if isinstance(m.get(k), int | float) else 0.0  # noqa: E731
     hist = sorted(
         (int(k.rsplit("/", 1)[1]), num(k))
         for k in m
         if k.startswith("staleness/hist/") and k.rsplit("/", 1)[1].isdigit()
     )
-    return (
-        f"staleness {num('staleness/mean'):.1f} (max {num('staleness/max'):.0f}; "
+    return [
+        f"staleness {num('staleness/mean'):.1f} max {num('staleness/max'):.0f} ("
         + " ".join(f"{s}:{n:.0f}" for s, n in hist)
-        + f")  dropped {num('async/dropped'):.0f}  buffer {num('async/buffer_depth'):.0f} groups"
-        f"  engine idle {num('perf/engine_idle'):.0%}  learner idle {num('perf/learner_idle'):.0%}"
-    )
+        + f")  dropped {num('async/dropped'):.0f}",
+        f"buffer {num('async/buffer_depth'):.0f} groups  engine idle "
+        f"{num('perf/engine_idle'):.0%}  learner idle {num('perf/learner_idle'):.0%}",
+    ]
 
 
 def eval_line(rec: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 from tui.reader import (
     RunReader,
-    async_line,
+    async_lines,
     eval_line,
     last_assistant_text,
     read_evals,
@@ -71,8 +71,7 @@ def summary_text(reader: RunReader, width: int = 80) -> str:
         f"   {fmt(m.get('perf/tokens_per_s'), '.0f')} tokens/s"
         f"   {fmt(m.get('time/step'), '.1f')} s/step",
     ]
-    if line := async_line(m):
-        lines.append(f"  async    {line}")
+    lines += [f"  {'async' if i == 0 else '':<8} {x}" for i, x in enumerate(async_lines(m))]
     evals = read_evals(reader.path)
     if evals:
         lines += ["", "evaluations (greedy unless pass@k)"]
