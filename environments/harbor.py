@@ -290,6 +290,11 @@ class Layout:
         chown_tree(path, self.sandbox.uid)
         return path
 
+    def collect(self, inner: str) -> Path:
+        """The host path of the layer dir `inner` after a command wrote it (a link there,
+        which the command may have made, is refused)."""
+        return _safe_target(self.root, inner)
+
     def host_path(self, inner: str) -> Path:
         """Where the sandbox's `inner` path (in the layer) is on the host."""
         return _safe_target(self.root, inner)

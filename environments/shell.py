@@ -34,6 +34,7 @@ scores 0.0.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import gymnasium as gym
 
 from environments import harbor, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
+from environments.container import RUNTIMES, Container, runtime_problem
 from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
@@ -72,6 +74,7 @@ class ShellEnv(gym.Env):
         limits: Limits | None = None,
         task_dir: str | Path | None = None,
         reward_key: str | None = None,
+        backend: str = "bwrap",
         **kwargs: Any,
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
@@ -85,7 +88,12 @@ class ShellEnv(gym.Env):
         self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
         self._task: Task | None = None
-        self._layout: harbor.Layout | None = None
+        self._layout: harbor.Layout | Container | None = None
+        if backend not in ("bwrap", *RUNTIMES):
+            raise ValueError(f"unknown backend {backend!r}; known: bwrap, {', '.join(RUNTIMES)}")
+        self.backend = backend
+        """`bwrap` (the image's layer in a bubblewrap sandbox) or a container runtime
+        (`docker`, `podman`: the task's real image, where one works)."""
         self.reward_key = reward_key
         """The reward.json key that is the training reward; None: `reward` if present, else
         the mean of all keys (the whole dict is kept in `info["rewards"]`)."""
@@ -99,7 +107,7 @@ class ShellEnv(gym.Env):
     @property
     def files(self) -> Path | None:
         """Where the episode's WORKDIR (`/app`) is on the host (None between episodes)."""
-        if self._layout is None:
+        if not isinstance(self._layout, harbor.Layout):
             return None
         return self._layout.host_path(self._layout.image.workdir)
 
@@ -123,14 +131,24 @@ class ShellEnv(gym.Env):
         if not (folder / "tests" / "test.sh").is_file():
             raise ValueError(f"task {task.id!r}: {folder} is not a Harbor task (no tests/test.sh)")
         self.close()
-        img = harbor.image(folder)
-        line = harbor.preflight_line(task.id, img)
-        if line is not None:
-            raise ValueError(line)
-        self._sandbox = sandbox = Sandbox(self.limits)
+        if self.backend in RUNTIMES:
+            problem = runtime_problem(self.backend)
+            if problem is not None:
+                raise ValueError(problem)
+        else:
+            img = harbor.image(folder)
+            line = harbor.preflight_line(task.id, img)
+            if line is not None:
+                raise ValueError(line)
+        sandbox: Any
         try:
-            self._layout = harbor.Layout(img, sandbox)
-        except (OSError, ValueError, shutil.Error) as e:
+            if self.backend in RUNTIMES:  # the container stands for the sandbox and the layout
+                self._layout = sandbox = Container(self.backend, folder, self.limits)
+            else:
+                sandbox = Sandbox(self.limits)
+                self._layout = harbor.Layout(img, sandbox)
+            self._sandbox = sandbox
+        except (OSError, ValueError, shutil.Error, subprocess.SubprocessError) as e:
             self.close()
             raise ValueError(
                 f"task {task.id!r}: its image could not be laid out ({str(e)[:300]})"
@@ -190,9 +208,9 @@ class ShellEnv(gym.Env):
         assert layout is not None
         none = {"returncode": None, "timed_out": False, "output": ""}
         try:  # as Harbor: stale rewards go; the agent may have left links or files there
-            logs = layout.fresh_dir("/logs/verifier")
+            layout.fresh_dir("/logs/verifier")
             view = layout.private("tests", Path(task.metadata["task_dir"]) / "tests")
-        except (OSError, ValueError) as e:  # shutil.Error too
+        except (OSError, ValueError, subprocess.SubprocessError) as e:  # shutil.Error too
             return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
         timeout = verifier_timeout(task)
         command = "chmod +x /tests/test.sh; (/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
@@ -203,6 +221,10 @@ class ShellEnv(gym.Env):
             view=view,
         )
         sandbox.kill_all()
+        try:
+            logs = layout.collect("/logs/verifier")
+        except (OSError, ValueError) as e:
+            return None, {}, f"/logs/verifier cannot be read ({str(e)[:300]})", none
         output = logs / "test-stdout.txt"
         tail = ""
         if output.is_file() and not output.is_symlink():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from environments import harbor
+from environments.container import RUNTIMES, runtime_problem
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
 from tasks.harbor import load_harbor_task
@@ -299,5 +300,46 @@ def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
         assert "bash shell in /app," in obs  # no WORKDIR: Harbor's default
         assert env.step("<bash>wc -l < /logs/started</bash>")[0].startswith("1\n")
         assert env.step("<submit/>")[1] == 1.0  # started again for the verifier
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------------------- containers
+
+WORKING_RUNTIMES = [r for r in RUNTIMES if runtime_problem(r) is None]
+
+
+def test_container_backend_names_why_it_cannot_run(tmp_path, cache):
+    with pytest.raises(ValueError, match="unknown backend 'lxc'; known: bwrap, docker, podman"):
+        ShellEnv(backend="lxc")
+    broken = [r for r in RUNTIMES if r not in WORKING_RUNTIMES]
+    if not broken:
+        pytest.skip("every container runtime works here")
+    task = make_task(tmp_path / "t", "FROM debian:bookworm-slim\nWORKDIR /app\n", TEST_SH)
+    with pytest.raises(ValueError, match=f"^backend={broken[0]}: "):
+        ShellEnv(backend=broken[0]).reset(options={"task": task})
+
+
+@pytest.mark.skipif(
+    not WORKING_RUNTIMES,
+    reason="no container runtime works here: "
+    + "; ".join(str(runtime_problem(r)) for r in RUNTIMES),
+)
+def test_container_backend_runs_the_real_image(tmp_path):
+    test_sh = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n'
+    task = make_task(tmp_path / "t", "FROM debian:bookworm-slim\nWORKDIR /app\n", test_sh)
+    (tmp_path / "t" / "task.toml").write_text(
+        'version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[solution.env]\nWANT = "7"\n'
+    )
+    task = load_harbor_task(tmp_path / "t")
+    env = ShellEnv(backend=WORKING_RUNTIMES[0], timeout_s=30)
+    try:
+        obs, _ = env.reset(options={"task": task})
+        assert "bash shell in /app," in obs
+        assert env.step("<bash>ls /tests /solution</bash>")[0].count("No such file") == 2
+        env.run_oracle()
+        assert env.step("<submit/>")[1] == 1.0
+        env.reset(options={"task": task})
+        assert env.step("<submit/>")[1] == 0.0
     finally:
         env.close()
