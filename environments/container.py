@@ -92,17 +92,10 @@ class Container:
         kwargs.setdefault("encoding", "utf-8")
         return pexpect.spawn(cmd[0], cmd[1:], **kwargs)
 
-    def run(
-        self,
-        argv: list[str],
-        *,
-        input: bytes | None = None,
-        timeout: float | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        view: list[str] | None = None,
-    ) -> Result:
-        cmd = [*self._exec(env, cwd, False), *argv]
+    def run(self, argv: list[str], *, timeout: float | None = None, **how: Any) -> Result:
+        """As `Sandbox.run` (`input`, `cwd`, `env`; a `view` has no meaning here)."""
+        cmd = [*self._exec(how.get("env"), how.get("cwd"), False), *argv]
+        input = how.get("input")
         limit = self.limits.timeout_s if timeout is None else timeout
         try:
             done = subprocess.run(cmd, input=input, capture_output=True, timeout=limit)
