@@ -54,7 +54,7 @@ from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
 
-BUILD_VERSION = "2"
+BUILD_VERSION = "3"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -628,8 +628,24 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     errors = [ln for ln in text.splitlines() if re.search(r"Error|error:|denied|not found", ln)]
     if result.returncode != 0 or errors:
         why = errors[-1].strip() if errors else f"exit {result.returncode}"
-        return f"fails here: {why[:200]}"
+        return f"fails here: {why[:200]}{_culprit(text)}"
     return None
+
+
+def _culprit(text: str) -> str:
+    """` (at FILE line N: CODE)` for the last frame of a Python traceback in `text` that is
+    not the standard library's (which step of the task failed), else ''."""
+    lines = text.splitlines()
+    frames = [
+        (m.group(1), m.group(2), lines[i + 1].strip() if i + 1 < len(lines) else "")
+        for i, line in enumerate(lines)
+        if (m := re.match(r'\s*File "([^"]+)", line (\d+)', line))
+        and not m.group(1).startswith(("/usr/lib/", "<"))
+    ]
+    if not frames:
+        return ""
+    path, number, code = frames[-1]
+    return f" (at {path} line {number}: {code[:120]})"
 
 
 @functools.cache

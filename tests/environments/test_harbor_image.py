@@ -82,7 +82,9 @@ def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
     # dns-blacklisting's gateway binds port 80: no sandbox uid may, so it is named up front
     assert lines[0] == (
         "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
-        '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied'
+        '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied (at '
+        '/usr/local/bin/block-server.py line 89: HTTPServer(("127.0.0.1", 80), '
+        "BlockHandler).serve_forever())"
     )
     noop = skyrl_eval("noop", cookbook, cache)
     assert "simple-task: reward 0 [reward=0]" in noop.stdout.splitlines()
