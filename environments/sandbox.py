@@ -4,7 +4,9 @@ With bubblewrap (`/usr/bin/bwrap`) every command runs in fresh namespaces (no ne
 no abstract unix sockets of the host either; own PID namespace, no nested user namespaces),
 sees only the host's system dirs (`SYSTEM_DIRS`: /usr, /etc, /opt...) read-only, gets
 private, empty, size-capped tmpfs dirs at `/tmp`, `/dev/shm`, `/root`, `/home`, `/run`,
-`/var/tmp`, and one writable dir, the work dir, at `/work`. The host's unix sockets (in
+`/var/tmp`, and one writable dir, the work dir, at `/work` (or, for a Harbor task, the
+parts of its image at their own paths instead: `view`, `mount_workdir`, set by
+`environments.harbor.Layout`). The host's unix sockets (in
 /run, /var, homes...) are not in that view, so none can be connected to. Without bubblewrap
 a plainly announced fallback runs commands in the work dir with the same rlimits and
 process-group kills, but sees (and may write) whatever the uid may.
