@@ -1,0 +1,211 @@
+"""Does the RL phase learn? A recipe over S seeds, scored on every dev task, with error bars.
+
+    python benchmarks/learning.py                                  # skyrl train --env sql, 3 seeds
+    python benchmarks/learning.py --env math --model smollm2-135m --seeds 3
+    python benchmarks/learning.py --config sql_dapo --set trainer.max_steps=20 --eval-every 10
+    python benchmarks/learning.py --report runs-learning/sql        # re-read finished runs only
+
+Each seed is one real `skyrl train` (its own run directory under --runs-dir), with the
+evaluation widened to the whole split (`eval.limit`), so the warm-up checkpoint (step 0) and
+the final one are scored on all dev tasks, greedy. Prints, per seed and as mean ± std, the
+warm-up accuracy, the final accuracy and the RL delta between them, the wall time of the run
+and of one final evaluation, and the RL delta per database (where the environment reports
+one). Writes a PNG of dev accuracy and mean reward against step for every seed. Nothing here
+is asserted: the figures go to docs/learning.md by hand, with the command that made them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ALL_TASKS = 100_000  # eval.limit wide enough for any bundled split
+
+
+@dataclass
+class Seed:
+    seed: int
+    run: Path
+    wall_s: float | None = None
+    start: dict[str, Any] = field(default_factory=dict)  # warm-up report (or before)
+    final: dict[str, Any] = field(default_factory=dict)
+    curve: list[tuple[int, float]] = field(default_factory=list)  # (step, reward/mean)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev accuracy)
+    eval_s: float | None = None
+
+    @property
+    def delta(self) -> float:
+        return 100 * (self.final["accuracy"] - self.start["accuracy"])
+
+
+def _skyrl() -> str:
+    return str(Path(sys.executable).with_name("skyrl"))
+
+
+def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
+    """One real `skyrl train`; the run directory is the one that appeared under `runs`."""
+    before = set(runs.iterdir()) if runs.exists() else set()
+    cmd = [_skyrl(), "train", "--seed", str(seed), "--runs-dir", str(runs)]
+    cmd += ["--env", args.env] if args.env else []
+    cmd += ["--config", args.config] if args.config else []
+    cmd += ["--model", args.model] if args.model else []
+    cmd += ["--set", f"eval.limit={ALL_TASKS}"]
+    cmd += ["--set", "eval.before=false"] if args.no_before else []
+    cmd += ["--set", f"eval.every={args.eval_every}"] if args.eval_every else []
+    for kv in args.set:
+        cmd += ["--set", kv]
+    print("$", " ".join(cmd), flush=True)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None)
+    wall = time.perf_counter() - t
+    (run,) = [p for p in runs.iterdir() if p not in before and p.is_dir() and p.name[0] != "."]
+    (run / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": wall}))
+    return Seed(seed, run, wall)
+
+
+def read(run: Path) -> Seed:
+    """A finished run's reports: the warm-up (or before) and after evals, reward and dev curves."""
+    meta = run / "learning-seed.json"
+    info = json.loads(meta.read_text()) if meta.exists() else {"seed": -1, "wall_s": None}
+    s = Seed(info["seed"], run, info["wall_s"])
+    ev = run / "eval"
+    first = ev / "warmup.json" if (ev / "warmup.json").exists() else ev / "before.json"
+    if not first.exists() or not (ev / "after.json").exists():
+        raise SystemExit(f"error: {run} has no warm-up/before and after evaluation")
+    s.start = json.loads(first.read_text())
+    s.final = json.loads((ev / "after.json").read_text())
+    s.evals.append((0, s.start["accuracy"]))
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        m = json.loads(line)
+        if "reward/mean" in m:
+            s.curve.append((m["step"], m["reward/mean"]))
+        if "eval/accuracy" in m:
+            s.evals.append((m["step"], m["eval/accuracy"]))
+    s.evals.append((s.final.get("step", s.curve[-1][0] if s.curve else 0), s.final["accuracy"]))
+    return s
+
+
+def time_eval(s: Seed) -> None:
+    """The final checkpoint scored again by `skyrl eval`: the eval time, and a check that it
+    gives the accuracy training recorded."""
+    cmd = [_skyrl(), "eval", "--model", str(s.run), "--limit", str(s.final["n"])]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    s.eval_s = time.perf_counter() - t
+    if f"{100 * s.final['accuracy']:.1f}" not in out.stdout:
+        print(f"note: skyrl eval of {s.run} disagrees with training's after.json", file=sys.stderr)
+
+
+def _ms(xs: list[float]) -> str:
+    return (
+        f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else f"{xs[0]:.1f}"
+    )
+
+
+def table(seeds: list[Seed]) -> str:
+    n, start = seeds[0].final["n"], seeds[0].start.get("name", "warmup")
+    rows = [
+        f"dev tasks: {n} (greedy); seeds: {len(seeds)}; RL delta = final - {start}",
+        "",
+        f"| seed | {start} % | final % | RL delta (points) | run wall time | eval time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in seeds:
+        wall = f"{s.wall_s / 60:.1f} min" if s.wall_s else "-"
+        ev = f"{s.eval_s:.0f} s" if s.eval_s else "-"
+        rows.append(
+            f"| {s.seed} | {100 * s.start['accuracy']:.1f} | {100 * s.final['accuracy']:.1f}"
+            f" | {s.delta:+.1f} | {wall} | {ev} |"
+        )
+    rows.append(
+        f"| mean ± std | {_ms([100 * s.start['accuracy'] for s in seeds])}"
+        f" | {_ms([100 * s.final['accuracy'] for s in seeds])} | {_ms([s.delta for s in seeds])} | | |"
+    )
+    dbs = sorted(set().union(*(s.final.get("by_database", {}) for s in seeds)))
+    if dbs:
+        rows += ["", f"| database | {start} % (mean) | final % (mean) | RL delta (mean ± std) |"]
+        rows.append("|---|---|---|---|")
+        for db in dbs:
+            a = [100 * s.start.get("by_database", {}).get(db, 0.0) for s in seeds]
+            b = [100 * s.final.get("by_database", {}).get(db, 0.0) for s in seeds]
+            d = [y - x for x, y in zip(a, b, strict=True)]
+            rows.append(
+                f"| {db} | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)} |"
+            )
+    return "\n".join(rows)
+
+
+def plot(seeds: list[Seed], png: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for s in seeds:
+        top.plot(*zip(*s.evals, strict=True), marker="o", label=f"seed {s.seed}")
+        if s.curve:
+            bottom.plot(*zip(*s.curve, strict=True), label=f"seed {s.seed}")
+    top.set_ylabel("dev accuracy (greedy)")
+    top.set_title(title)
+    top.legend()
+    bottom.set_ylabel("mean reward (training groups)")
+    bottom.set_xlabel("step (0 = after the warm-up)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=90)
+    print(f"plot: {png}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--env", default=None, help="environment (default: sql unless --config)")
+    p.add_argument("--config", default=None, help="a recipe or YAML file")
+    p.add_argument("--model", default=None)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--set", action="append", default=[], help="a config override, repeatable")
+    p.add_argument("--eval-every", type=int, default=0, help="also score dev every N steps")
+    p.add_argument("--runs-dir", type=Path, default=None, help="default runs-learning/<name>")
+    p.add_argument("--png", type=Path, default=None, help="default docs/learning-<name>.png")
+    p.add_argument(
+        "--no-before",
+        action="store_true",
+        help="skip the eval before training (a warm-up recipe is scored after it anyway)",
+    )
+    p.add_argument("--no-eval-timing", action="store_true", help="skip the timed re-evaluation")
+    p.add_argument("--quiet", action="store_true", help="training's output to stderr")
+    p.add_argument("--report", type=Path, default=None, help="only read the runs in this folder")
+    args = p.parse_args()
+    if not args.env and not args.config:
+        args.env = "sql"
+    name = args.report.name if args.report else args.config or args.env
+    if args.report:
+        runs = sorted(d for d in args.report.iterdir() if (d / "metrics.jsonl").exists())
+        seeds = [read(d) for d in runs]
+    else:
+        root = args.runs_dir or Path("runs-learning") / Path(name).stem
+        seeds = []
+        for k in range(args.seeds):
+            seeds.append(read(train(args, args.first_seed + k, root).run))
+            if not args.no_eval_timing and k == 0:
+                time_eval(seeds[-1])
+    if not seeds:
+        raise SystemExit("error: no finished runs to report")
+    print(table(seeds))
+    plot(
+        seeds, args.png or Path("docs") / f"learning-{Path(name).stem}.png", f"skyrl train: {name}"
+    )
+
+
+if __name__ == "__main__":
+    main()
