@@ -1,11 +1,12 @@
 """`skyrl/SQL-v0`: answer a question about a database with one SELECT query.
 
 This module owns the environment: the action grammar (`parse_action`), the episode, the
-`component_f1` shaping, the gold-result cache and the observations (`format_table`). The
-grading rules (Spider's, BIRD's) are `environments.sql_grade`; the drivers (SQLite, DuckDB,
-PostgreSQL) and where a task's database lives are `environments.sql_drivers`; running a query
-safely (read-only connection, statement check, time kill, caps) is `environments.sql_guard`.
-Their public names are re-exported here.
+`component_f1` shaping and the gold-result cache. The grading rules (Spider's, BIRD's) are
+`environments.sql_grade`; the drivers (SQLite, DuckDB, PostgreSQL), where a task's database
+lives and the gold query's dialect are `environments.sql_drivers`; the schema text of the
+prompt and the result tables of observations (`format_table`) are `environments.sql_schema`;
+running a query safely (read-only connection, statement check, time kill, caps) is
+`environments.sql_guard`. Their public names are re-exported here.
 
 Action grammar (the model's text; `stop_strings` end generation at a closing tag):
 
@@ -27,11 +28,7 @@ an exception.
 
 from __future__ import annotations
 
-import functools
-import re
-import sqlite3
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +38,7 @@ from sqlglot import exp
 
 from environments import text_env
 from environments.spaces import ActionError
-from environments.sql_drivers import Target, resolve_target, sqlite_tables
+from environments.sql_drivers import Target, check_dsn, gold_sql, resolve_target
 from environments.sql_grade import (
     MAX_COLUMN_PERMUTATIONS,
     check_grader,
@@ -51,6 +48,7 @@ from environments.sql_grade import (
     remove_distinct,
 )
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
+from environments.sql_schema import GOLD_TIME_FACTOR, SCHEMA_FORMATS, format_table, schema
 from tasks.task import Task
 
 __all__ = [
@@ -77,9 +75,6 @@ MAX_OBSERVATION_CHARS = 1_000_000
 """Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRADE_MAX_ROWS = 100_000
 """A gold or submitted result larger than this cannot be graded."""
-GOLD_TIME_FACTOR = 10
-"""The gold query gets this many times the per-query time limit."""
-MAX_CELL_CHARS = 80
 GRAMMAR = "Use <sql>SELECT ...</sql> to run a query or <solution>SELECT ...</solution> to answer."
 
 TAGS = text_env.Tags("sql", "solution")
@@ -165,36 +160,6 @@ def component_f1(gold_sql: str, pred_sql: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bytes):
-        return f"<blob {len(value)} bytes>"
-    text = repr(round(value, 6)) if isinstance(value, float) else str(value)
-    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", " ")
-    return text if len(text) <= MAX_CELL_CHARS else text[: MAX_CELL_CHARS - 3] + "..."
-
-
-def format_table(
-    columns: Sequence[str], rows: Sequence[Sequence[Any]], more: bool, max_chars: int = 2000
-) -> str:
-    """Header, one line per row while they fit in max_chars, and a row-count line."""
-    lines = [" | ".join(_cell(c) for c in columns)]
-    used = len(lines[0])
-    for row in rows:
-        line = " | ".join(_cell(v) for v in row)
-        if used + len(line) + 50 > max_chars:  # 50: room for the count line
-            break
-        lines.append(line)
-        used += len(line) + 1
-    n, shown = len(rows), len(lines) - 1
-    if more or shown < n:
-        lines.append(f"... ({'more than ' * more}{n} rows; showing {shown})")
-    else:
-        lines.append(f"({n} row{'s' * (n != 1)})")
-    return "\n".join(lines)
-
-
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 24)] + "\n... (output clipped)"
 
@@ -207,104 +172,6 @@ def resolve_database(name_or_path: str | Path) -> Path:
     from tasks import sql as sql_tasks  # ValueError listing the bundled names if unknown
 
     return Path(sql_tasks.database_path(str(name_or_path))).resolve()
-
-
-SCHEMA_FORMATS = ("compact", "create")
-
-
-def _quote(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z_]\w*", name) else '"' + name.replace('"', '""') + '"'
-
-
-def _sqlite_file(target: Target) -> Path | None:
-    """The SQLite file whose schema describes the target: its own, or for a bundled database
-    on another driver the bundled SQLite file (same tables, so the same prompt)."""
-    from tasks import sql as sql_tasks
-
-    if target.kind == "sqlite":
-        return Path(target.location)
-    name = target.schema if target.kind == "postgresql" else Path(target.location).stem
-    if name in sql_tasks.DATABASES and (
-        target.kind == "postgresql" or Path(target.location).parent == sql_tasks.duckdb_folder()
-    ):
-        return sql_tasks.database_path(name)
-    return None
-
-
-def _tables(target: Target, time_limit_s: float) -> list[tuple[str, list[tuple[str, str]]]]:
-    """(table, [(column, type)]) of a database, in creation order where the DBMS knows it."""
-    sqlite = _sqlite_file(target)
-    if sqlite is not None:  # our own fixed statements: a plain read-only connection
-        with sqlite_tables(sqlite) as (conn, names):
-            return [
-                (t, [(c[1], c[2]) for c in conn.execute(f"PRAGMA table_info({_quote(t)})")])
-                for t in names
-            ]
-    sql = (
-        "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
-    )
-    _, rows, _ = run_query(target, sql, 5000, time_limit_s * GOLD_TIME_FACTOR)
-    tables: dict[str, list[tuple[str, str]]] = {}
-    for table, column, kind in rows:
-        tables.setdefault(str(table), []).append((str(column), str(kind).upper()))
-    return list(tables.items())
-
-
-@functools.lru_cache(maxsize=64)
-def _schema(
-    target: Target, version: tuple, fmt: str, sample_rows: int, time_limit_s: float
-) -> tuple[str, str]:
-    """(schema text, first table name for the prompt's example) of a database.
-
-    `compact`: one `table(col TYPE, ...)` line per table and the foreign keys (bundled and
-    SQLite databases); `create`: CREATE TABLE statements, as the SkyRL-SQL and Spider recipes
-    show them. `sample_rows` > 0 adds that many rows of each table (SELECT * ... LIMIT k)."""
-    from tasks import sql as sql_tasks
-
-    tables = _tables(target, time_limit_s)
-    first = _quote(tables[0][0]) if tables else "t"
-    sqlite = _sqlite_file(target)
-    if fmt == "compact" and sqlite is not None:
-        parts = [sql_tasks.schema_text(str(sqlite))]
-    elif fmt == "create" and sqlite is not None:
-        conn = sqlite3.connect(f"{sqlite.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            parts = [
-                str(r[0]).strip() + ";"
-                for r in conn.execute(
-                    "SELECT sql FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%' AND sql IS NOT NULL ORDER BY rowid"
-                )
-            ]
-        finally:
-            conn.close()
-    elif fmt == "create":
-        parts = [
-            f"CREATE TABLE {_quote(t)} (\n"
-            + ",\n".join(f"  {_quote(c)} {k}" for c, k in cols)
-            + "\n);"
-            for t, cols in tables
-        ]
-    else:
-        parts = [f"{t}({', '.join(f'{c} {k}' for c, k in cols)})" for t, cols in tables]
-    if sample_rows > 0:
-        for table, _ in tables:
-            try:
-                columns, rows, _ = run_query(
-                    target,
-                    f"SELECT * FROM {_quote(table)} LIMIT {int(sample_rows)}",
-                    sample_rows,
-                    time_limit_s,
-                )
-            except QueryError:
-                continue
-            parts.append(
-                f"/* {sample_rows} example rows from {table}:\n"
-                + format_table(columns, rows, False, 2000)
-                + "\n*/"
-            )
-    return "\n".join(parts), first
 
 
 _GOLD_CACHE: dict[tuple, tuple[list[tuple], bool]] = {}
@@ -338,25 +205,6 @@ def gold_result(
     return _GOLD_CACHE[key]
 
 
-def gold_sql(task: Task, target: Target) -> str:
-    """The task's gold query in the target's dialect: transpiled by sqlglot from the task's
-    `metadata.dialect` (default `sqlite`, the bundled suite's) when the two differ."""
-    source = str(task.metadata.get("dialect") or "sqlite")
-    answer = str(task.answer).strip()
-    if source == target.dialect:
-        return answer
-    try:
-        out = sqlglot.transpile(answer, read=source, write=target.dialect)
-    except Exception as e:  # ParseError, UnsupportedError, TokenError
-        raise ValueError(
-            f"task {task.id!r}: the gold query cannot be translated from {source} to "
-            f"{target.dialect} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-        ) from None
-    if len(out) != 1:
-        raise ValueError(f"task {task.id!r}: the gold query must be one statement")
-    return out[0]
-
-
 # ---------------------------------------------------------------------------- environment
 
 
@@ -387,11 +235,7 @@ class SQLEnv(gym.Env):
         **kwargs: Any,
     ) -> None:
         self.max_turns = text_env.turn_limit(max_turns)
-        if isinstance(dsn, dict) and len(dsn) == 1 and None in dsn.values():
-            dsn = f"{next(iter(dsn))}:"  # `--set env.kwargs.dsn=duckdb:` read as YAML
-        if dsn in ("sqlite", "duckdb"):
-            dsn = f"{dsn}:"
-        self.dsn = dsn
+        self.dsn = check_dsn(dsn)
         """Where bundled databases live: `sqlite:` (None, the default), `duckdb:[FOLDER]`, or
         `postgresql://...` (one schema per bundled database); a task's own DSN wins."""
         self.grader = check_grader(grader)
@@ -414,14 +258,6 @@ class SQLEnv(gym.Env):
         `metadata.schema_format`, else `compact`."""
         self.sample_rows = sample_rows
         """Example rows per table in the prompt; None: the task's `metadata.sample_rows`, else 0."""
-        if dsn is not None and (
-            not isinstance(dsn, str)
-            or not dsn.startswith(("sqlite:", "duckdb:", "postgresql://", "postgres://"))
-        ):
-            raise ValueError(
-                f"dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "
-                "postgresql://USER@HOST/DB"
-            )
         self.database = database
         """The database of tasks that name none (a SQLite path or a bundled name)."""
         self.format_penalty = format_penalty
@@ -474,12 +310,12 @@ class SQLEnv(gym.Env):
         rows = (
             self.sample_rows if self.sample_rows is not None else task.metadata.get("sample_rows")
         )
-        schema, first_table = _schema(
+        schema_text, first_table = schema(
             target, target.version(), fmt, max(0, int(rows or 0)), self.time_limit_s
         )
         # Small models copy the example: it shows the answer tag, the thing they must learn.
         observation = (
-            f"Tables:\n{schema}\n"
+            f"Tables:\n{schema_text}\n"
             f"Question: {text_env.user_text(task)}\n"
             f"Reply with one {target.label} query inside <solution></solution>, e.g. "
             f"<solution>SELECT COUNT(*) FROM {first_table}</solution>. To look at the data first, "

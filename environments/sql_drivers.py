@@ -32,6 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import sqlglot
+
+from tasks.task import Task
+
 KINDS = ("sqlite", "duckdb", "postgresql")
 DIALECTS = {"sqlite": "sqlite", "duckdb": "duckdb", "postgresql": "postgres"}
 """sqlglot's name for each driver's SQL dialect."""
@@ -128,6 +132,40 @@ def resolve_target(database: str, dsn: str | None = None) -> Target:
         f"env.kwargs.dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "
         "postgresql://USER@HOST/DB"
     )
+
+
+def check_dsn(dsn: Any) -> str | None:
+    """The environment's `dsn` knob, normalised (`duckdb` -> `duckdb:`; `duckdb:` read as
+    YAML's one-key mapping); ValueError (one sentence) for one that names no driver."""
+    if isinstance(dsn, dict) and len(dsn) == 1 and None in dsn.values():
+        dsn = f"{next(iter(dsn))}:"  # `--set env.kwargs.dsn=duckdb:` read as YAML
+    if dsn in ("sqlite", "duckdb"):
+        dsn = f"{dsn}:"
+    if dsn is not None and (not isinstance(dsn, str) or not is_dsn(dsn)):
+        raise ValueError(
+            f"dsn {dsn!r} is not understood; accepted: sqlite:, duckdb:[FOLDER], "
+            "postgresql://USER@HOST/DB"
+        )
+    return dsn
+
+
+def gold_sql(task: Task, target: Target) -> str:
+    """The task's gold query in the target's dialect: transpiled by sqlglot from the task's
+    `metadata.dialect` (default `sqlite`, the bundled suite's) when the two differ."""
+    source = str(task.metadata.get("dialect") or "sqlite")
+    answer = str(task.answer).strip()
+    if source == target.dialect:
+        return answer
+    try:
+        out = sqlglot.transpile(answer, read=source, write=target.dialect)
+    except Exception as e:  # ParseError, UnsupportedError, TokenError
+        raise ValueError(
+            f"task {task.id!r}: the gold query cannot be translated from {source} to "
+            f"{target.dialect} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        ) from None
+    if len(out) != 1:
+        raise ValueError(f"task {task.id!r}: the gold query must be one statement")
+    return out[0]
 
 
 def plain(value: Any) -> Any:
