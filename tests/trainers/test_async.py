@@ -56,7 +56,8 @@ tracking:
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    # "\n" only: a rollout's text may hold U+2028 and the like (written with ensure_ascii=False)
+    return [json.loads(ln) for ln in path.read_text().split("\n") if ln.strip()]
 
 
 @pytest.fixture(scope="module")
