@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from tasks.sql import words
-from tasks.sql.questions import Cat, Entity, Num, easy, hard, medium
+from tasks.sql.questions import Cat, Entity, Num, easy, hard, medium, more_than, most
 
 SCHEMA = """
 CREATE TABLE airports (
@@ -136,9 +136,7 @@ TEMPLATES = (
     medium("What is the average duration in minutes of the flights operated by {a}?",
            f"SELECT AVG(flights.duration_minutes) {_OPERATED} WHERE airlines.name = '{{a}}'",
            a=_AIRLINES),
-    medium("Which airline operates the most flights?",
-           f"SELECT airlines.name {_OPERATED} GROUP BY airlines.id, airlines.name ORDER BY COUNT(*) DESC LIMIT 1",
-           keys="SELECT COUNT(*) FROM flights GROUP BY airline_id ORDER BY 1 DESC"),
+    most("Which airline operates the most flights?", "airlines.name", _OPERATED, "flights.airline_id"),
     medium("Which airline operates flight {f}?",
            f"SELECT airlines.name {_OPERATED} WHERE flights.flight_number = '{{f}}'", f=_NUMBERS),
     medium("How many bookings were made for flight {f}?",
@@ -159,12 +157,10 @@ TEMPLATES = (
          "WHERE flights.flight_number = '{f}'", f=_NUMBERS),
     hard("Which passengers have never booked a flight?",
          "SELECT name FROM passengers WHERE id NOT IN (SELECT passenger_id FROM bookings)"),
-    hard("Which airlines operate more than {k} flights?",
-         f"SELECT airlines.name {_OPERATED} GROUP BY airlines.id, airlines.name HAVING COUNT(*) > {{k}}",
-         k="SELECT COUNT(*) FROM flights GROUP BY airline_id"),
-    hard("From which city do the most flights depart?",
-         f"SELECT airports.city {_FROM} GROUP BY airports.id, airports.city ORDER BY COUNT(*) DESC LIMIT 1",
-         keys="SELECT COUNT(*) FROM flights GROUP BY origin_id ORDER BY 1 DESC"),
+    more_than("Which airlines operate more than {k} flights?", "airlines.name", _OPERATED,
+              "flights.airline_id"),
+    most("From which city do the most flights depart?", "airports.city", _FROM,
+         "flights.origin_id", "hard"),
     hard("How many flights operated by {a} depart from airports in {c}?",
          "SELECT COUNT(*) FROM flights JOIN airlines ON flights.airline_id = airlines.id "
          "JOIN airports ON flights.origin_id = airports.id "

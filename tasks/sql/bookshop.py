@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from tasks.sql import words
-from tasks.sql.questions import Cat, Entity, Num, hard, medium
+from tasks.sql.questions import Cat, Entity, Num, hard, medium, more_than, most
 
 SCHEMA = """
 CREATE TABLE authors (
@@ -104,9 +104,7 @@ TEMPLATES = (
            c="SELECT DISTINCT country FROM authors"),
     medium("What is the average price of the books written by {a}?",
            f"SELECT AVG(books.price) {_BY_AUTHOR} WHERE authors.name = '{{a}}'", a=_AUTHORS),
-    medium("Which author has written the most books?",
-           f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id, authors.name ORDER BY COUNT(*) DESC LIMIT 1",
-           keys="SELECT COUNT(*) FROM books GROUP BY author_id ORDER BY 1 DESC"),
+    most("Which author has written the most books?", "authors.name", _BY_AUTHOR, "books.author_id"),
     medium("How many orders has the customer {c} placed?",
            "SELECT COUNT(*) FROM orders JOIN customers ON orders.customer_id = customers.id "
            "WHERE customers.name = '{c}'", c=_CUSTOMERS),
@@ -118,9 +116,8 @@ TEMPLATES = (
            "WHERE customers.city = '{c}'", c="SELECT DISTINCT city FROM customers"),
     medium("How many copies of the book '{b}' have been sold?",
            f"SELECT SUM(order_items.quantity) {_SALES} WHERE books.title = '{{b}}'", b=_TITLES),
-    hard("Which authors have written more than {k} books?",
-         f"SELECT authors.name {_BY_AUTHOR} GROUP BY authors.id, authors.name HAVING COUNT(*) > {{k}}",
-         k="SELECT COUNT(*) FROM books GROUP BY author_id"),
+    more_than("Which authors have written more than {k} books?", "authors.name", _BY_AUTHOR,
+              "books.author_id"),
     hard("Which authors have not written any books?",
          "SELECT name FROM authors WHERE id NOT IN (SELECT author_id FROM books)"),
     hard("Which books have never been ordered?",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from tasks.sql import words
-from tasks.sql.questions import Cat, Entity, Num, hard, medium
+from tasks.sql.questions import Cat, Entity, Num, hard, medium, most
 
 SCHEMA = """
 CREATE TABLE doctors (
@@ -124,9 +124,8 @@ TEMPLATES = (
     medium("How many times has {m} been prescribed?",
            f"SELECT COUNT(*) {_PRESCRIBED} WHERE medications.name = '{{m}}'",
            m="SELECT name FROM medications"),
-    medium("Which doctor has had the most appointments?",
-           f"SELECT doctors.name {_SEEN} GROUP BY doctors.id, doctors.name ORDER BY COUNT(*) DESC LIMIT 1",
-           keys="SELECT COUNT(*) FROM appointments GROUP BY doctor_id ORDER BY 1 DESC"),
+    most("Which doctor has had the most appointments?", "doctors.name", _SEEN,
+         "appointments.doctor_id"),
     medium("How many appointments took place in {y}?",
            "SELECT COUNT(*) FROM appointments WHERE strftime('%Y', appointment_date) = '{y}'",
            y=("2022", "2023", "2024")),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from tasks.sql import words
-from tasks.sql.questions import Cat, Entity, Num, hard, medium
+from tasks.sql.questions import Cat, Entity, Num, hard, medium, more_than, most
 
 SCHEMA = """
 CREATE TABLE artists (
@@ -113,9 +113,7 @@ TEMPLATES = (
     medium("How many plays does the user {u} have?",
            "SELECT COUNT(*) FROM plays JOIN users ON plays.user_id = users.id "
            "WHERE users.username = '{u}'", u=_USERS),
-    medium("Which artist has released the most albums?",
-           f"SELECT artists.name {_BY} GROUP BY artists.id, artists.name ORDER BY COUNT(*) DESC LIMIT 1",
-           keys="SELECT COUNT(*) FROM albums GROUP BY artist_id ORDER BY 1 DESC"),
+    most("Which artist has released the most albums?", "artists.name", _BY, "albums.artist_id"),
     medium("How many albums were released by artists who play {g}?",
            f"SELECT COUNT(*) {_BY} WHERE artists.genre = '{{g}}'", g=GENRES),
     medium("What is the title of the longest track on the album '{t}'?",
@@ -127,9 +125,8 @@ TEMPLATES = (
          "SELECT name FROM artists WHERE id NOT IN (SELECT artist_id FROM albums)"),
     hard("Which users have never played a track?",
          "SELECT username FROM users WHERE id NOT IN (SELECT user_id FROM plays)"),
-    hard("Which artists have released more than {k} albums?",
-         f"SELECT artists.name {_BY} GROUP BY artists.id, artists.name HAVING COUNT(*) > {{k}}",
-         k="SELECT COUNT(*) FROM albums GROUP BY artist_id"),
+    more_than("Which artists have released more than {k} albums?", "artists.name", _BY,
+              "albums.artist_id"),
     hard("How many times have tracks by {a} been played?",
          f"SELECT COUNT(*) {_PLAYED} JOIN albums ON tracks.album_id = albums.id "
          "JOIN artists ON albums.artist_id = artists.id WHERE artists.name = '{a}'", a=_ARTISTS),

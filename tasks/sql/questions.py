@@ -60,6 +60,23 @@ def hard(question: str, sql: str, keys: str | None = None, **params: str | tuple
     return Template("hard", question, sql, params, keys)
 
 
+def most(question: str, name: str, join: str, fk: str, difficulty: str = "medium") -> Template:
+    """Which row of `name`'s table (shown by `name`, e.g. `artists.name`) has the most rows
+    joined to it by `fk` (`albums.artist_id`), with the keys that reject a tie for first."""
+    table, (child, key) = name.split(".")[0], fk.split(".")
+    sql = f"SELECT {name} {join} GROUP BY {table}.id, {name} ORDER BY COUNT(*) DESC LIMIT 1"
+    keys = f"SELECT COUNT(*) FROM {child} GROUP BY {key} ORDER BY 1 DESC"
+    return Template(difficulty, question, sql, {}, keys)
+
+
+def more_than(question: str, name: str, join: str, fk: str, k: tuple | None = None) -> Template:
+    """A hard template: the rows of `name`'s table with more than `{k}` rows joined by `fk`;
+    `k` is drawn from the counts themselves unless given."""
+    table, (child, key) = name.split(".")[0], fk.split(".")
+    sql = f"SELECT {name} {join} GROUP BY {table}.id, {name} HAVING COUNT(*) > {{k}}"
+    return hard(question, sql, k=k or f"SELECT COUNT(*) FROM {child} GROUP BY {key}")
+
+
 @dataclass(frozen=True)
 class Cat:
     """A categorical column: city, genre, status..."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from tasks.sql import words
-from tasks.sql.questions import Cat, Entity, Num, hard, medium
+from tasks.sql.questions import Cat, Entity, Num, hard, medium, more_than, most
 
 SCHEMA = """
 CREATE TABLE departments (
@@ -136,9 +136,8 @@ TEMPLATES = (
     medium("How many students are enrolled in the course with code {c}?",
            "SELECT COUNT(*) FROM enrollments JOIN courses ON enrollments.course_id = courses.id "
            "WHERE courses.code = '{c}'", c=_CODES),
-    medium("Which department has the most students majoring in it?",
-           f"SELECT departments.name {_MAJOR} GROUP BY departments.id, departments.name ORDER BY COUNT(*) DESC "
-           "LIMIT 1", keys="SELECT COUNT(*) FROM students GROUP BY major_id ORDER BY 1 DESC"),
+    most("Which department has the most students majoring in it?", "departments.name", _MAJOR,
+         "students.major_id"),
     medium("What is the average salary of professors in each department?",
            f"SELECT departments.name, AVG(professors.salary) {_STAFF} GROUP BY departments.id, departments.name"),
     medium("How many courses does the {d} department offer?",
@@ -150,9 +149,8 @@ TEMPLATES = (
          "SELECT name FROM professors WHERE id NOT IN (SELECT professor_id FROM courses)"),
     hard("How many students are not enrolled in any course?",
          "SELECT COUNT(*) FROM students WHERE id NOT IN (SELECT student_id FROM enrollments)"),
-    hard("Which professors teach more than {k} courses?",
-         f"SELECT professors.name {_TAUGHT} GROUP BY professors.id, professors.name HAVING COUNT(*) > {{k}}",
-         k=(2, 3, 4)),
+    more_than("Which professors teach more than {k} courses?", "professors.name", _TAUGHT,
+              "courses.professor_id", k=(2, 3, 4)),
     hard("What are the codes of the {k} courses with the most enrollments?",
          "SELECT courses.code FROM courses JOIN enrollments ON enrollments.course_id = "
          "courses.id GROUP BY courses.id, courses.code ORDER BY COUNT(*) DESC LIMIT {k}",
