@@ -287,6 +287,10 @@ class TrackingConfig(_Section):
 class RayConfig(_Section):
     address: str | None = None
     """Join an existing cluster (`ray://...` or `host:port`); default: start a local one."""
+    placement: Literal["colocated", "split"] = "colocated"
+    """`colocated`: learner workers and engines share the devices (they take turns);
+    `split`: the learner group reserves one device each on one node (a Ray placement
+    group: a GPU, or a CPU where the cluster has none) and each engine another."""
 
 
 class LearnerConfig(_Section):

@@ -74,12 +74,19 @@ class _GroupFuture:
 class GroupHandle:
     """What `TrainingClient` calls: every call goes to every worker."""
 
-    def __init__(self, actors: list[Any]) -> None:
+    def __init__(self, actors: list[Any], setup: list[Any]) -> None:
         self.actors = actors
+        self.setup = setup
+        """The workers' set-up calls: waited for by the first call, which raises their error."""
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
         from trainers.placement import _RayFuture
 
+        if self.setup:
+            ray.get(self.setup)
+            self.setup = []
         refs = [a.call.remote(method, *args, **kwargs) for a in self.actors]
         if method == "state_dict":  # rank 0's one gathered copy; the others return None
             return _RayFuture(refs[0])
@@ -98,22 +105,64 @@ def extension_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache/torch_extensions")
 
 
-def learner_group(
-    cfg: RunConfig, model_path: str, threads: int, options: dict[str, Any] | None = None
-) -> GroupHandle:
-    """Start `learner.num_workers` actors, join them into one group, build the learners.
-    `options`: Ray actor options (a placement group, resources) for every worker."""
+def learner_group(cfg: RunConfig, model_path: str, threads: int) -> GroupHandle:
+    """Start `learner.num_workers` actors and join them into one group; each builds its
+    learner while the caller goes on (its calls queue behind that). `ray.placement=split`
+    first reserves one device per worker on one node (a placement group)."""
+    import importlib.util
+
     import ray
 
+    if cfg.learner.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            "learner.strategy=deepspeed needs the deepspeed package: pip install 'skyrl[deepspeed]'"
+        )
     env = {"TORCH_EXTENSIONS_DIR": extension_dir(), "DS_ACCELERATOR": _accelerator()}
-    member = ray.remote(_Member).options(
-        num_cpus=0, runtime_env={"env_vars": env}, **(options or {})
-    )
     n = cfg.learner.num_workers
-    actors: list[Any] = [member.remote(max(1, threads // n)) for _ in range(n)]
+    member = ray.remote(_Member)
+    # colocated: workers share the CPUs with the engines; on GPUs each holds one (NCCL
+    # cannot put two ranks on one device)
+    gpus = 1 if ray.cluster_resources().get("GPU") else 0
+    options: list[dict[str, Any]] = [{"num_cpus": 0, "num_gpus": gpus}] * n
+    if cfg.ray.placement == "split":
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        device = _device()
+        pg = placement_group([device] * n, strategy="STRICT_PACK")
+        if not pg.wait(timeout_seconds=120):
+            raise RuntimeError(
+                f"no Ray node has {n} free {next(iter(device))} for the learner workers "
+                "(ray.placement=split); add resources or use ray.placement=colocated"
+            )
+        options = [
+            {
+                "num_cpus": device.get("CPU", 0),
+                "num_gpus": device.get("GPU", 0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, r),
+            }
+            for r in range(n)
+        ]
+    actors: list[Any] = [
+        member.options(runtime_env={"env_vars": env}, **options[r]).remote(max(1, threads // n))
+        for r in range(n)
+    ]
     host, port = ray.get(actors[0].open_store.remote(n))
-    ray.get([a.setup.remote(model_path, cfg, host, port, r) for r, a in enumerate(actors)])
-    return GroupHandle(actors)
+    setup = [a.setup.remote(model_path, cfg, host, port, r) for r, a in enumerate(actors)]
+    return GroupHandle(actors, setup)
+
+
+def engine_options() -> dict[str, Any]:
+    """An engine's Ray options under ray.placement=split: a device of its own."""
+    device = _device()
+    return {"num_cpus": device.get("CPU", 0), "num_gpus": device.get("GPU", 0)}
+
+
+def _device() -> dict[str, float]:
+    """One learner worker's or engine's share under split: a GPU where the cluster has one."""
+    import ray
+
+    return {"GPU": 1} if ray.cluster_resources().get("GPU") else {"CPU": 1}
 
 
 def _accelerator() -> str:

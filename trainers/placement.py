@@ -114,6 +114,12 @@ class _Worker:
     def ready(self) -> bool:
         return True
 
+    def node(self) -> str:
+        """The Ray node this worker runs on (placement tests, docs/scaling.md)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
 
 class _RayFuture:
     """A pending actor call; passed to another call it travels as a reference, so weights go
@@ -186,14 +192,19 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
             # several batches decode at once, so its calls run on threads
             threaded = kind == "engine" and cfg.trainer.schedule == "async"
             opts = {"max_concurrency": 16} if threaded else {}
+            if kind == "engine" and cfg.ray.placement == "split":
+                from trainers.learner_group import engine_options
+
+                opts |= engine_options()
             handles.append(_RayHandle(actor.options(**opts).remote(kind, str(model_path), cfg)))
             return handles[-1]
 
     entry = ALGORITHMS[cfg.algorithm.name]
+    learner = make("learner")  # first: ray.placement=split reserves its devices before engines
     replicas = [make("engine") for _ in range(cfg.rollout.num_engines)]
     engines = replicas[0] if len(replicas) == 1 else Replicas(replicas)
     clients = Clients(
-        policy=TrainingClient(make("learner"), SamplingClient(engines)),
+        policy=TrainingClient(learner, SamplingClient(engines)),
         critic=TrainingClient(make("critic")) if entry.critic else None,
         reference=SamplingClient(make("reference")) if cfg.algorithm.kl_coef > 0 else None,
     )
