@@ -51,13 +51,12 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
     """All passages of a world in a fixed order, and the gold passage id of every fact."""
     drafts: list[tuple[FactKey, str, str]] = []
 
-    def add(key: FactKey, title: str, *sentences: str) -> None:
-        drafts.append((key, title, " ".join(sentences)))
+    def add(key: FactKey, *sentences: str) -> None:
+        drafts.append((key, key[1], " ".join(sentences)))  # titled by the entity's name
 
     for c in world.countries.values():
         add(
             ("country", c.name, "capital"),
-            c.name,
             f"{c.name} is a country on the continent of {c.continent}.",
             f"Its capital is {c.capital}.",
             f"The official language of {c.name} is {c.language}.",
@@ -65,7 +64,6 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
         own_rivers = [r.name for r in world.rivers.values() if r.country == c.name]
         add(
             ("country", c.name, "people"),
-            c.name,
             f"{c.name} has a population of about {c.population_m} million.",
             f"Its currency is the {c.currency}.",
             f"Its rivers include the {_list(own_rivers)}.",
@@ -73,7 +71,6 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
     for r in world.rivers.values():
         add(
             ("river", r.name, "course"),
-            r.name,
             f"The {r.name} is a river in {r.country}, {_thousands(r.length_km)} kilometres long.",
             f"It flows into the {r.sea}.",
         )
@@ -81,7 +78,6 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
         if on_river:
             add(
                 ("river", r.name, "cities"),
-                r.name,
                 f"Towns along the {r.name} include {_list(on_river[:4])}.",
                 "Its banks were settled early because of the fertile soil.",
             )
@@ -89,14 +85,12 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
         capital = world.countries[town.country].capital == town.name
         add(
             ("city", town.name, "geo"),
-            town.name,
             f"{town.name} is a city in {town.country}.",
             f"It lies on the {town.river}.",
             *([f"It is the capital of {town.country}."] if capital else []),
         )
         add(
             ("city", town.name, "history"),
-            town.name,
             f"{town.name} was founded in {town.founded}.",
             f"Today it has about {_thousands(town.population)} inhabitants.",
         )
@@ -104,47 +98,39 @@ def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
         home = world.cities[p.born_city]
         add(
             ("person", p.name, "bio"),
-            p.name,
             f"{p.name} was {_a(p.profession)} born in {home.name}, {home.country}, in {p.born_year}.",
         )
         if p.employer:
             add(
                 ("person", p.name, "career"),
-                p.name,
                 f"{p.name} worked for {p.employer} for most of their career.",
             )
     for co in world.companies.values():
         add(
             ("company", co.name, "profile"),
-            co.name,
             f"{co.name} is {_a(co.industry)} company headquartered in {co.city}.",
             f"It was founded in {co.founded} by {co.founder}.",
         )
         add(
             ("company", co.name, "size"),
-            co.name,
             f"{co.name} employs about {_thousands(co.employees)} people.",
         )
         add(
             ("person", co.founder, "career"),
-            co.founder,
             f"In {co.founded}, {co.founder} started {_a(co.industry)} business of their own.",
         )
     for inv in world.inventions.values():
         add(
             ("invention", inv.name, "origin"),
-            inv.name,
             f"The {inv.name} is {_a(inv.category)} device invented by {inv.inventor} in {inv.year}.",
         )
         add(
             ("invention", inv.name, "maker"),
-            inv.name,
             f"The {inv.name} was first manufactured by {inv.maker}.",
             "Early models were sold mostly to workshops and schools.",
         )
         add(
             ("person", inv.inventor, "career"),
-            inv.inventor,
             f"{inv.inventor} spent years building prototypes before a breakthrough in {inv.year}.",
         )
 
