@@ -6,20 +6,19 @@ other; weights cross nodes once per version and the engine then scores like the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from agents.models import resolve_model
 from tests.conftest import BIN, _free_port
-from trainers.client import AdamParams, Datum
-from trainers.config import build_config
 
 
 def _ray_start(log: Path, temp_dir: Path, *args: str) -> subprocess.Popen:
@@ -55,18 +54,7 @@ def two_nodes(tmp_path_factory):
             assert head.poll() is None and time.time() < deadline, (tmp / "head.log").read_text()
             time.sleep(0.5)
     second = _ray_start(tmp / "node.log", temp_dir, f"--address={address}", "--num-cpus=1")
-    import ray
-
-    from trainers.placement import start_ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    start_ray(address)
-    while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-        assert second.poll() is None and time.time() < deadline, (tmp / "node.log").read_text()
-        time.sleep(0.5)
-    yield ray
-    ray.shutdown()
+    yield address
     for proc in (second, head):
         os.killpg(proc.pid, signal.SIGTERM)
     for proc in (second, head):
@@ -85,36 +73,55 @@ def two_nodes(tmp_path_factory):
     auth.undo()
 
 
+DRIVER = """
+import json, sys, time
+import ray
+from agents.models import resolve_model
+from trainers.client import AdamParams, Datum
+from trainers.config import build_config
+from trainers.placement import place, start_ray
+
+start_ray(sys.argv[1])
+deadline = time.time() + 60
+while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
+    time.sleep(0.5)
+cfg = build_config(
+    [{"model": {"name": "tiny"}, "learner": {"strategy": "fsdp", "num_workers": 2},
+      "ray": {"placement": "split"}, "trainer": {"threads": 1}}],
+    env_name="math",
+)
+clients = place(cfg, resolve_model("tiny", quiet=True))
+out = {
+    "learners": clients.policy.learner.nodes(),
+    "engine": ray.get(clients.policy.sampling_client().engine.actor.node.remote()),
+    "nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]],
+}
+# an update, then the weights cross to the engine's node
+ids = list(range(5, 25))
+datum = Datum.from_sequence(ids, [0] * 8 + [1] * 12, 8, advantages=[1.0] * 20)
+clients.policy.forward_backward([datum], "importance_sampling").result()
+clients.policy.optim_step(AdamParams(learning_rate=1e-3)).result()
+sampler = clients.policy.save_weights_and_get_sampling_client(1)
+out["engine_lp"] = sampler.compute_logprobs([ids], cfg.rollout.temperature).result()[0][8:]
+out["learner_lp"] = clients.policy.forward([datum]).result().loss_fn_outputs[0]["logprobs"]
+print(json.dumps(out))
+"""
+
+
 def test_split_placement_puts_learners_and_engine_on_different_nodes(two_nodes):
-    from trainers.placement import place
-
-    ray = two_nodes
-    tiny = resolve_model("tiny", quiet=True)
-    cfg = build_config(
-        [
-            {
-                "model": {"name": "tiny"},
-                "learner": {"strategy": "fsdp", "num_workers": 2},
-                "ray": {"placement": "split"},
-                "trainer": {"threads": 1},
-                "tracking": {"enabled": False},
-            }
-        ],
-        env_name="math",
+    """The driver is its own process (as `skyrl train` is): Ray keeps per-process state."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, two_nodes],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
-    clients = place(cfg, tiny)
-    learner_nodes = clients.policy.learner.nodes()
-    engine_node = ray.get(clients.policy.sampling_client().engine.actor.node.remote())
-    assert len(set(learner_nodes)) == 1, learner_nodes  # one node holds the learner group
-    assert engine_node not in learner_nodes
-    assert {engine_node, *learner_nodes} == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-
-    # an update, then the weights cross to the engine's node: it scores as the learner does
-    ids = list(range(5, 25))
-    datum = Datum.from_sequence(ids, [0] * 8 + [1] * 12, 8, advantages=[1.0] * 20)
-    clients.policy.forward_backward([datum], "importance_sampling").result()
-    clients.policy.optim_step(AdamParams(learning_rate=1e-3)).result()
-    sampler = clients.policy.save_weights_and_get_sampling_client(1)
-    engine_lp = sampler.compute_logprobs([ids], cfg.rollout.temperature).result()[0][8:]
-    learner_lp = clients.policy.forward([datum]).result().loss_fn_outputs[0]["logprobs"]
-    assert engine_lp == pytest.approx(learner_lp, abs=1e-4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(set(out["learners"])) == 1, out  # one node holds the learner group
+    assert out["engine"] not in out["learners"]
+    assert {out["engine"], *out["learners"]} == set(out["nodes"])
+    assert len(out["nodes"]) == 2
+    # the engine, on the other node, scores like the learner after the weights crossed
+    assert out["engine_lp"] == pytest.approx(out["learner_lp"], abs=1e-4)
