@@ -96,6 +96,7 @@ def time_eval(s: Seed) -> None:
     """The final checkpoint scored again by `skyrl eval`: the eval time, and a check that it
     gives the accuracy training recorded."""
     cmd = [_skyrl(), "eval", "--model", str(s.run), "--limit", str(s.final["n"])]
+    cmd += ["--output", str(s.run / "eval" / "timed")]
     t = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     s.eval_s = time.perf_counter() - t
