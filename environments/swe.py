@@ -111,8 +111,7 @@ class SWEEnv(gym.Env):
         `timeout_s` limits one command, `test_timeout_s` the grading test run."""
         self.max_turns = text_env.turn_limit(max_turns)
         self.repos_dir = Path(repos_dir) if repos_dir is not None else None
-        self.timeout_s = timeout_s
-        self.limits = limits
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
         self.test_timeout_s = test_timeout_s
         self.format_penalty = format_penalty
         """Subtracted from the reward when the episode ends without <submit/>."""
@@ -147,22 +146,21 @@ class SWEEnv(gym.Env):
         src = repos / str(instance["repo"]).replace("/", "__")
         if not (src / ".git").exists() and not (src / "HEAD").exists():
             raise ValueError(f"no repository {src.name} under {repos}")
-        limits = text_env.sandbox_limits(self.limits, self.timeout_s)
         folder = Path(tempfile.mkdtemp(prefix="skyrl-swe-task-"))
         try:
             try:
                 checkout(src, str(instance["base_commit"]), folder / "repo")
             except RuntimeError as e:
                 raise ValueError(f"cannot check out {instance['instance_id']}: {e}") from None
-            self._sandbox = open_sandbox(limits, folder / "repo", task.id)
+            self._sandbox = open_sandbox(self.limits, folder / "repo", task.id)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        self._bash = Bash(self._sandbox, limits)
+        self._bash = Bash(self._sandbox, self.limits)
         self._task, self._instance, self._src = task, instance, src
         self._turns_left = self.max_turns
         problem = str(instance["problem_statement"]).strip()
         prompt = INSTRUCTIONS.format(problem=problem, repo=instance["repo"]).strip()
-        shell = intro(self._sandbox, limits, "the task's files")
+        shell = intro(self._sandbox, self.limits, "the task's files")
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
         return f"{prompt}\n\n{shell}Turns left: {self._turns_left}", info
 
