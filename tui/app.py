@@ -257,7 +257,22 @@ class RunScreen(Screen[None]):
         chart = self.query_one(LineChart)
         chart.title = key
         chart.band = lows_highs
+        chart.marks, chart.mark_label = self.eval_marks() if key == "reward/mean" else ([], "")
         chart.values = values
+
+    def eval_marks(self) -> tuple[list[tuple[float, float]], str]:
+        """The evaluations recorded during training (warm-up/before at step 0, `eval.every`,
+        after) as points over the reward chart: (position along the steps, accuracy)."""
+        steps = [m["step"] for m in self.reader.metrics if isinstance(m.get("step"), int)]
+        evals = [e for e in read_evals(self.reader.path) if isinstance(e.get("step"), int)]
+        if not steps or not evals:
+            return [], ""
+        first, last = min(steps), max(steps)
+        span = max(1, last - first)
+        marks = [(min(1.0, max(0.0, (e["step"] - first) / span)), e["accuracy"]) for e in evals]
+        return marks, f"{evals[-1].get('split', 'eval')} accuracy " + eval_line(evals[-1]).split(
+            " ", 1
+        )[1]
 
     def draw_header(self) -> None:
         r = self.reader

@@ -89,12 +89,26 @@ def num(v: float) -> str:
 LINE_STYLE = "green"
 BAND_STYLE = "dim green"
 """The band (e.g. reward min..max) is dimmer than the mean line drawn over it."""
+MARK_STYLE = "bold yellow"
+"""Marks (e.g. dev accuracy at the steps it was scored) are drawn over the line."""
+
+
+def mark_cells(
+    marks: list[tuple[float, float]], width: int, height: int, lo: float, hi: float
+) -> dict[tuple[int, int], float]:
+    """(row, column) of the cell of each mark, given as (position 0..1 along x, value)."""
+    rows = height * 4
+    cells: dict[tuple[int, int], float] = {}
+    for pos, v in marks:
+        col = min(width - 1, max(0, round(pos * (width * 2 - 1)) // 2))
+        cells[(_y_of(v, rows, lo, hi) // 4, col)] = v
+    return cells
 
 
 class LineChart(Widget):
     """A titled line chart of one series, with an optional min..max band under it.
 
-    Set `title`, `band` and then `values` (the reactive that redraws).
+    Set `title`, `band`, `marks` and then `values` (the reactive that redraws).
     """
 
     DEFAULT_CSS = """
@@ -108,6 +122,10 @@ class LineChart(Widget):
         self.title = title
         self.band: list[tuple[float, float]] = []
         """(low, high) per step, the same length as `values`; empty for no band."""
+        self.marks: list[tuple[float, float]] = []
+        """Points drawn as ● over the line: (position 0..1 along x, value), same y axis."""
+        self.mark_label = ""
+        """Says what the marks are, after the title (e.g. `dev accuracy 54.2% @30`)."""
 
     def render(self) -> Text:
         width, height = self.size.width, self.size.height
@@ -119,7 +137,8 @@ class LineChart(Widget):
             return text
         band = self.band if len(self.band) == len(values) else []
         lows, highs = [b[0] for b in band], [b[1] for b in band]
-        lo, hi = min(values + lows), max(values + highs)
+        mark_values = [v for _, v in self.marks]
+        lo, hi = min(values + lows + mark_values), max(values + highs + mark_values)
         if hi == lo:  # a flat series: draw it across the middle, not along the top
             lo, hi = lo - 1, hi + 1
         text.append(
@@ -128,22 +147,28 @@ class LineChart(Widget):
         )
         if band:
             text.append("  ▒ min..max", style=BAND_STYLE)
+        if self.marks:
+            text.append(f"  ● {self.mark_label}", style=MARK_STYLE)
         label_w = 7
         plot_h, plot_w = max(1, height - 1), max(2, width - label_w - 1)
         line = line_grid(values, plot_w, plot_h, lo, hi)
         under = band_grid(lows, highs, plot_w, plot_h, lo, hi) if band else None
+        marked = mark_cells(self.marks, plot_w, plot_h, lo, hi)
         for i, row in enumerate(line):
             label = num(hi) if i == 0 else ""
             if i == len(line) - 1 and len(line) > 1:
                 label = num(lo)
             text.append("\n" + f"{label:>{label_w}}", style="dim")
             text.append("┤" if label else "│", style="dim")
-            if under is None:
+            if under is None and not any(r == i for r, _ in marked):
                 text.append(_cells(row), style=LINE_STYLE)
                 continue
-            # The line wins a cell it touches; elsewhere the band shows, dimmer.
-            for bits, band_bits in zip(row, under[i], strict=True):
-                if bits:
+            # A mark wins its cell; then the line; elsewhere the band shows, dimmer.
+            for c, bits in enumerate(row):
+                band_bits = under[i][c] if under is not None else 0
+                if (i, c) in marked:
+                    text.append("●", style=MARK_STYLE)
+                elif bits:
                     text.append(chr(0x2800 + bits), style=LINE_STYLE)
                 else:
                     text.append(chr(0x2800 + band_bits) if band_bits else " ", style=BAND_STYLE)
