@@ -138,6 +138,13 @@ def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy
     group.call("load_state", str(torch_ckpt)).result()
     _one_update(group.call, _batch(4))
     assert _worst(group.call("state_dict").result(), want_second) < 1e-5
+
+    # after a supervised warm-up RL starts with a fresh optimizer: no moments, step 0
+    group.call("reset_optimizer").result()
+    group.call("save_state", str(tmp_path / "reset")).result()
+    moments = torch.load(tmp_path / "reset" / "optimizer.pt", weights_only=False)
+    for m in moments["full_optimizer"].values():
+        assert m["step"] == 0 and not m["exp_avg"].any() and not m["exp_avg_sq"].any()
     for a in group.actors:
         ray_driver.kill(a)
 
