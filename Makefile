@@ -30,8 +30,11 @@ typecheck: setup
 	$(BIN)/mypy
 	$(BIN)/mypy examples
 
+# Two workers, a test file each at a time (module fixtures stay shared): most tests wait on
+# subprocesses, sandboxes and Ray, so two files at once use the 2 cores better than one.
+# The slowest tests are listed at the end of the log (CI time: docs/benchmarks.md).
 pytest: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30
 
 test: lint typecheck pytest
 
