@@ -100,7 +100,13 @@ def resolve_eval_model(spec: str) -> ModelRef:
             raise ValueError(
                 f"run {spec} has no complete checkpoint yet; train it for a step first"
             )
+        if (ckpt / "model" / "adapter_config.json").is_file():  # LoRA: the merged final model
+            if not (path / "model" / "config.json").is_file():
+                raise ValueError(f"run {spec} trains LoRA and has not finished; its merged model is written to {path / 'model'} when it does")  # fmt: skip
+            return ModelRef(spec, path / "model", path, _step_of(ckpt))
         return ModelRef(spec, ckpt / "model", path, _step_of(ckpt))
+    if (path / "model" / "adapter_config.json").is_file():
+        raise ValueError(f"checkpoint {spec} holds a LoRA adapter; evaluate its run (merged model) instead")  # fmt: skip
     if (path / "trainer_state.json").is_file() and (path / "model").is_dir():
         return ModelRef(spec, path / "model", path.parent.parent, _step_of(path))
     if not path.exists() and spec not in PRESETS and _looks_local(path):

@@ -536,5 +536,7 @@ def _print_summary(cfg: Any, summary: dict[str, Any]) -> None:
         )
     elif a:
         print(f"{cfg.eval.split} accuracy after training: {a['accuracy']:.1%} ({a['n']} tasks)")
-    if summary.get("final_checkpoint"):
+    if summary.get("final_model"):  # LoRA: checkpoints hold adapters, this the merged model
+        print(f"final model: {summary['final_model']}")
+    elif summary.get("final_checkpoint"):
         print(f"final model: {summary['final_checkpoint']}/model")

@@ -293,6 +293,25 @@ class RayConfig(_Section):
     group: a GPU, or a CPU where the cluster has none) and each engine another."""
 
 
+class LoraConfig(_Section):
+    """LoRA through `peft`: only the adapters train, checkpoints hold only them (and the
+    base model's path), engines get the merged weights."""
+
+    rank: int = Field(0, ge=0)
+    """Adapter rank; 0 = off (full fine-tuning)."""
+    alpha: int = Field(32, gt=0)
+    """Scale numerator: the update is B A * alpha / rank."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: (
+            ["q_proj", "k_proj", "v_proj", "o_proj"] + ["gate_proj", "up_proj", "down_proj"]
+        )
+    )
+    """Names of the linear layers that get adapters (those the model has)."""
+    modules_to_save: list[str] = Field(default_factory=list)
+    """Small layers trained whole and saved with the adapter (peft's `modules_to_save`),
+    e.g. `norm` (every RMSNorm, whose scale LoRA cannot change)."""
+
+
 class LearnerConfig(_Section):
     """How the policy trains: one process, or a group of Ray actors (docs/scaling.md)."""
 
@@ -304,6 +323,16 @@ class LearnerConfig(_Section):
     GPU); each step's micro-batches are split over them. 1 with `torch`: the one-process learner."""
     zero_stage: Literal[2, 3] = 2
     """DeepSpeed ZeRO stage: 2 shards gradients and optimizer state, 3 the weights too."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+    @model_validator(mode="after")
+    def _lora_one_process(self) -> LearnerConfig:
+        if self.lora.rank and (self.strategy != "torch" or self.num_workers > 1):
+            raise ValueError(
+                "learner.lora.rank>0 trains in the one-process learner only "
+                "(learner.strategy=torch, learner.num_workers=1)"
+            )
+        return self
 
 
 class RunConfig(_Section):

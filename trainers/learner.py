@@ -102,7 +102,32 @@ class TorchLearner:
             self.head.to(self.device)
             body = getattr(model, model.base_model_prefix)
             self.params = [*body.parameters(), *self.head.parameters()]
+        self.lora = bool(cfg.learner.lora.rank) and not value_head
+        """The policy trains LoRA adapters (peft) on frozen base weights."""
+        if self.lora:
+            self._add_lora()
         self.reset_optimizer()
+
+    def _add_lora(self) -> None:
+        """Wrap the model with peft adapters on the configured layers; only they train."""
+        from peft import LoraConfig, get_peft_model
+
+        lc = self.cfg.learner.lora
+        present = {name.rsplit(".", 1)[-1] for name, _ in self.model.named_modules()}
+        targets = [t for t in lc.target_modules if t in present]
+        if not targets:
+            raise ValueError(
+                f"the model has none of learner.lora.target_modules ({', '.join(lc.target_modules)})"
+            )
+        config = LoraConfig(
+            r=lc.rank,
+            lora_alpha=lc.alpha,
+            target_modules=targets,
+            lora_dropout=0.0,
+            modules_to_save=lc.modules_to_save or None,
+        )
+        self.model = get_peft_model(self.model, config).eval()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW (its hyper-parameters come with every `optim_step`)."""
@@ -380,15 +405,44 @@ class TorchLearner:
     # -- weights and checkpoints ---------------------------------------------------
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Current weights for the engines: CPU tensors in the compute dtype."""
-        return {
-            k: v.detach().to("cpu", self.compute_dtype if v.is_floating_point() else v.dtype)
-            for k, v in self.model.state_dict().items()
+        """Current weights for the engines: CPU tensors in the compute dtype (with LoRA,
+        merged: W + B A * scale, one tensor at a time, under the base model's names)."""
+
+        def out(v: torch.Tensor) -> torch.Tensor:
+            return v.detach().to("cpu", self.compute_dtype if v.is_floating_point() else v.dtype)
+
+        if not self.lora:
+            return {k: out(v) for k, v in self.model.state_dict().items()}
+        return {k: out(v) for k, v in self._merged().items()}
+
+    @torch.no_grad()
+    def _merged(self) -> dict[str, torch.Tensor]:
+        """The base model's state dict with each adapter's delta added to its weight; tensors
+        without an adapter are the model's own (no copy)."""
+        base = self.model.get_base_model()
+        adapted = {
+            f"{name}.base_layer.weight": module
+            for name, module in base.named_modules()
+            if hasattr(module, "get_delta_weight") and "default" in getattr(module, "lora_A", {})
         }
+        merged: dict[str, torch.Tensor] = {}
+        for name, value in base.state_dict().items():
+            if "lora_" in name or ".original_module." in name:  # modules_to_save: the copy
+                continue
+            name = name.replace(".modules_to_save.default.", ".")
+            if name in adapted:
+                value = value + adapted[name].get_delta_weight("default").to(value.dtype)
+            merged[name.replace(".base_layer.", ".")] = value
+        return merged
 
     def save_weights(self, directory: str | Path) -> None:
-        """The weights as an HF model folder (what an engine loads)."""
-        self.model.save_pretrained(Path(directory), safe_serialization=True)
+        """The weights as an HF model folder (what an engine loads); with LoRA, merged."""
+        if self.lora:
+            self.model.get_base_model().save_pretrained(
+                Path(directory), state_dict=self._merged(), safe_serialization=True
+            )
+        else:
+            self.model.save_pretrained(Path(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(Path(directory))
 
     def save_state(self, directory: str | Path) -> None:
@@ -399,8 +453,28 @@ class TorchLearner:
             state = {"model": self.model.state_dict(), "head": self.head.state_dict()}
             torch.save({**state, "optimizer": self.opt.state_dict()}, d / "critic.pt")
             return
-        self.save_weights(d / "model")
+        if self.lora:  # the adapter and the base model's path (peft's folder), not the model
+            self.model.save_pretrained(d / "model", safe_serialization=True)
+        else:
+            self.save_weights(d / "model")
         torch.save({"optimizer": self.opt.state_dict()}, d / "optimizer.pt")
+
+    def _load_adapter(self, folder: Path) -> None:
+        """The adapter peft saved in `folder`; CheckpointError, nothing changed, when it is
+        not this model's (missing, unknown or differently shaped tensors)."""
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        try:
+            saved = load_file(str(folder / "adapter_model.safetensors"))
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"the LoRA adapter in {folder} is unreadable ({e})") from None
+        own = get_peft_model_state_dict(self.model)
+        if set(saved) != set(own) or any(saved[k].shape != own[k].shape for k in own):
+            raise CheckpointError(
+                f"the LoRA adapter in {folder} does not fit learner.lora (rank, target_modules)"
+            )
+        set_peft_model_state_dict(self.model, saved)
 
     def load_state(self, directory: str | Path) -> None:
         """Restore what `save_state` wrote; CheckpointError, with nothing changed, when a
@@ -411,6 +485,17 @@ class TorchLearner:
             self.model.load_state_dict(state["model"])
             self.head.load_state_dict(state["head"])
             self.opt.load_state_dict(state["optimizer"])
+            return
+        if (d / "model" / "adapter_config.json").is_file() != self.lora:
+            raise CheckpointError(
+                "the checkpoint holds a LoRA adapter and learner.lora.rank is 0"
+                if not self.lora
+                else "the checkpoint holds a full model and learner.lora.rank is not 0"
+            )
+        if self.lora:
+            self._load_adapter(d / "model")
+            extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+            self.opt.load_state_dict(extra["optimizer"])
             return
         try:  # read through transformers (saved names may differ from in-memory ones)
             saved = from_pretrained(d / "model", torch.float32).state_dict()

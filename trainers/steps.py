@@ -525,7 +525,11 @@ def load_checkpoint(tr: Learning, ckpt: Path, state: dict[str, Any]) -> None:
     tr.version, tr.optim_steps = state["version"], state["optim_steps"]
     tr.kl.value = state.get("kl_coef", tr.kl.value)
     model = str((ckpt / "model").resolve())
-    loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]
+    if (ckpt / "model" / "adapter_config.json").is_file():  # LoRA: the engine gets merged weights
+        c.policy.load_state(ckpt).result()
+        loads = [c.policy.sampling_client().load_weights(c.policy.learner.call("state_dict"), tr.version)]  # fmt: skip
+    else:
+        loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]  # fmt: skip
     if c.critic is not None:
         loads.append(c.critic.load_state(ckpt))
     for f in loads:

@@ -216,7 +216,11 @@ def finish(ses: Session) -> dict[str, Any]:
     if rec.eval_tasks and cfg.eval.after:
         summary["eval_after"] = run_eval(ac, tr, rec, "after", cfg.trainer.max_steps)
     final = run.latest_checkpoint()
-    if final is not None:
+    if cfg.learner.lora.rank:  # checkpoints hold the adapter: the model, merged, as an HF folder
+        tr.clients.policy.save_weights_for_sampler(run.path / "model").result()
+        tracker.log_artifacts(run.path / "model", "model")
+        summary["final_model"] = str(run.path / "model")
+    elif final is not None:
         tracker.log_artifacts(final / "model", "model")
     run.set_status(state="finished", step=cfg.trainer.max_steps, finished=utc_now())
     tracker.close("FINISHED")
