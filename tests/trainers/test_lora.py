@@ -91,11 +91,20 @@ def test_lora_trains_only_adapters_and_the_engine_scores_as_the_learner(tiny, tm
         TorchLearner(tiny, _cfg(8)).load_state(tmp_path / "ckpt")
 
 
-def test_lora_with_a_learner_group_is_refused_in_one_sentence():
+def test_lora_with_a_learner_group_is_refused_in_one_sentence(tmp_path):
+    from tests.conftest import skyrl
+
     for learner in ({"strategy": "fsdp"}, {"strategy": "deepspeed"}, {"num_workers": 2}):
         with pytest.raises(ValueError, match="one-process learner only"):
             _cfg(4, **learner)
     _cfg(0, strategy="fsdp", num_workers=2)  # without LoRA the group is fine
+    for f in TOY.iterdir():
+        if f.is_file():
+            shutil.copy(f, tmp_path / f.name)
+    sets = ["learner.strategy=fsdp", "learner.num_workers=2", "learner.lora.rank=4"]
+    proc = skyrl("train", *[a for s in sets for a in ("--set", s)], cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "one-process learner only" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_lora_run_learns_the_toy_task_with_a_small_checkpoint(tmp_path, ray_address):
