@@ -39,6 +39,12 @@ entry for `--env skyrl_gym:<name>`, a class like any other for the trainer and R
 
 MAX_OBSERVATION_CHARS = 100_000
 
+TEXT_ONLY = frozenset({"aime", "gsm8k", "gsm8k_multi_turn"})
+"""SkyRL-Gym environments that only compare the reply's text with the answer. Every other one
+(`lcb` exec()s the model's code, `text2sql` runs its SQL on a file the dataset names,
+`search`/`searchcode` send its queries over HTTP, a user's own may do anything) acts on this
+host, outside skyrl's sandbox, so it runs only when the user says so (`trust_host`)."""
+
 
 class SkyRLGymEnv(gym.Env):
     """One SkyRL-Gym environment (`name`, as registered with `skyrl_gym`)."""
@@ -51,18 +57,24 @@ class SkyRLGymEnv(gym.Env):
         name: str | None = None,
         max_turns: int = 1,
         env_config: dict[str, Any] | None = None,
+        trust_host: bool = False,
         **kwargs: Any,
     ) -> None:
+        name = name or self.env_name
         try:
             import skyrl_gym
         except ImportError:
             raise ValueError(
                 "--env skyrl_gym:NAME needs the package skyrl-gym: pip install 'skyrl[skyrl-gym]'"
             ) from None
-        name = name or self.env_name
         if name not in skyrl_gym.registry:
             known = ", ".join(sorted(skyrl_gym.registry))
             raise ValueError(f"SkyRL-Gym has no environment {name!r}; known: {known}")
+        if name not in TEXT_ONLY and not trust_host:
+            raise ValueError(
+                f"skyrl_gym:{name} acts on the model's replies on this host, outside skyrl's "
+                "sandbox; run it only if you accept that, with --set env.kwargs.trust_host=true"
+            )
         self.name = name
         self.max_turns = text_env.turn_limit(max_turns)
         self.env_config = env_config or {}

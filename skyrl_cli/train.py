@@ -146,7 +146,7 @@ def _prepare(
         save_config,
     )
     from trainers.recipes import recipe_path, recipes
-    from trainers.rundir import RunDir, check_run_name, new_run_id, read_saved_config
+    from trainers.rundir import RunDir, check_run_name, new_run_id, read_saved_config, run_stem
 
     if resume is not None:
         # the learner's worker count may change: checkpoints hold full tensors by name
@@ -223,7 +223,7 @@ def _prepare(
     preflight(cfg)
     if run_name is not None:
         check_run_name(run_name)
-    run = RunDir(runs_dir / new_run_id(run_name or cfg.env.name, runs_dir))
+    run = RunDir(runs_dir / new_run_id(run_name or run_stem(cfg.env.name), runs_dir))
     run.create()
     run.hold()
     save_config(cfg, run.path / "config.yaml")

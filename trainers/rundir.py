@@ -50,6 +50,11 @@ def check_run_name(name: str, flag: str = "--run-name") -> None:
         )
 
 
+def run_stem(env: str) -> str:
+    """A run's default name from its environment's: `skyrl_gym:gsm8k` -> `skyrl_gym-gsm8k`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", env).strip("-._")[:60] or "run"
+
+
 def new_run_id(name: str | None, runs_dir: Path) -> str:
     """`<name or 'run'>-YYYYmmdd-HHMMSS`, made unique within runs_dir."""
     stem = name or "run"

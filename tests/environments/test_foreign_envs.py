@@ -153,3 +153,55 @@ def test_verifiers_env_trains_two_steps_with_tiny(vf_module, ray_address):
     assert all(m["episodes"] == 4 and m["episodes/failed"] == 0 for m in metrics), metrics
     rollouts = (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
     assert all("What is" in json.dumps(json.loads(r)["turns"][0]) for r in rollouts)
+
+
+def _lcb_row():
+    """A LiveCodeBench row as SkyRL writes them: one stdin test."""
+    tests = [{"input": "", "output": "ok\n", "testtype": "stdin"}]
+    return {
+        "data_source": "livecodebench",
+        "prompt": [{"role": "user", "content": "Print ok."}],
+        "env_class": "lcb",
+        "reward_spec": {"method": "rule", "ground_truth": json.dumps(tests)},
+        "extra_info": {},
+    }
+
+
+def test_skyrl_gym_env_that_executes_model_code_is_refused_unless_trusted(tmp_path):
+    """Attack: SkyRL-Gym's `lcb` exec()s the model's code in a process on this host, outside
+    skyrl's sandbox; a policy's reply writes a file here. Without `trust_host=True` the
+    adapter refuses such an environment in one sentence before any action runs."""
+    from environments.foreign import SkyRLGymEnv
+
+    target = tmp_path / "pwned"
+    write = f"fd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT)\nos.write(fd, b'host')"
+    attack = f"```python\nimport os\n{write}\nprint('ok')\n```"  # LCB mocks open()
+    with pytest.raises(ValueError, match="outside skyrl's sandbox.*trust_host"):
+        SkyRLGymEnv("lcb")
+    for name in ("text2sql", "search", "searchcode"):
+        with pytest.raises(ValueError, match="trust_host"):
+            SkyRLGymEnv(name)
+    assert not target.exists()
+    env = SkyRLGymEnv("lcb", trust_host=True)  # the user accepted it: it runs, as SkyRL's would
+    env.reset(options={"task": _lcb_row()})
+    env.step(attack)
+    assert target.read_text() == "host"
+
+
+def test_skyrl_train_refuses_an_unsandboxed_skyrl_gym_env_in_one_sentence(tmp_path):
+    rows = tmp_path / "lcb.jsonl"
+    rows.write_text(json.dumps(_lcb_row()) + "\n")
+    proc = skyrl(
+        "train",
+        "--env",
+        "skyrl_gym:lcb",
+        "--model",
+        "tiny",
+        "--tasks",
+        str(rows),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "outside skyrl's sandbox" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
