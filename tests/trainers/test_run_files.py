@@ -259,3 +259,17 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_default_run_name_from_any_env_name_is_a_plain_folder_name(tmp_path):
+    from trainers.rundir import new_run_id, run_stem
+
+    for env, stem in [
+        ("sql", "sql"),
+        ("skyrl_gym:gsm8k", "skyrl_gym-gsm8k"),
+        ("verifiers:my.module", "verifiers-my.module"),
+        ("../../x:Y", "x-Y"),
+        (":::", "run"),
+    ]:
+        assert run_stem(env) == stem
+        assert new_run_id(run_stem(env), tmp_path).startswith(stem + "-")
