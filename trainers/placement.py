@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ QUIET_ENV = {
 def start_ray(address: str | None) -> None:
     """Join `address`, or start a private local cluster (see `ray_init_kwargs`)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if os.environ.get("NO_COLOR") or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        # Ray colours the `(Worker pid=N)` prefix of worker output it relays; without a
+        # terminal (a log file, CI) those would be raw escape codes.
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     import ray
 
     if not ray.is_initialized():
