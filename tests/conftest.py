@@ -95,15 +95,21 @@ def ray_address(tmp_path_factory):
         proc.wait(timeout=3)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        for pid in os.listdir("/proc"):
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if pid.isdigit() and str(temp_dir).encode() in cmdline:
-                with contextlib.suppress(OSError):
-                    os.kill(int(pid), signal.SIGKILL)
+        kill_cluster(temp_dir)
     auth.undo()
+
+
+def kill_cluster(temp_dir: Path | str) -> None:
+    """SIGKILL every process (gcs, raylets, workers) whose command line names this Ray
+    cluster's private temp dir, and no other."""
+    for pid in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid.isdigit() and str(temp_dir).encode() in cmdline:
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: dict | None = None):

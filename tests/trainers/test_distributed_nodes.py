@@ -5,7 +5,6 @@ other; weights cross nodes once per version and the engine then scores like the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, _free_port
+from tests.conftest import BIN, _free_port, kill_cluster
 
 
 def _ray_start(log: Path, temp_dir: Path, *args: str) -> subprocess.Popen:
@@ -62,14 +61,7 @@ def two_nodes(tmp_path_factory):
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-    for pid in os.listdir("/proc"):  # gcs, raylets, workers of this cluster only
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if pid.isdigit() and str(temp_dir).encode() in cmdline:
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), signal.SIGKILL)
+    kill_cluster(temp_dir)
     auth.undo()
 
 
