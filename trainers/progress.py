@@ -20,9 +20,26 @@ from rich.progress import (
     BarColumn,
     Progress,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
+from rich.text import Text
+
+BAR_WIDTH = 40
+"""The bar's width where the terminal has room; narrower terminals get a shorter bar."""
+BAR_MIN = 10
+"""Below this the bar keeps its width and the numbers next to it are cut instead."""
+
+
+class _Elapsed(TimeElapsedColumn):
+    """Time so far, left out (`hidden`) where the terminal is too narrow for it."""
+
+    hidden = False
+
+    def render(self, task: Task) -> Text:
+        return Text("") if self.hidden else super().render(task)
 
 
 class _Screen:
@@ -33,34 +50,59 @@ class _Screen:
         self.live: Progress | None = None
         self.mode = ""  # "phase", "eval" or "train"
         self.train_fields: dict[str, Any] | None = None  # where a paused training bar was
+        self.bar = BarColumn(bar_width=BAR_WIDTH)
+        self.elapsed = _Elapsed()
+        self.description = ""
+
+    def _fit(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One line, however narrow the terminal: the bar shrinks, then the elapsed time goes,
+        then the numbers (`info`) are cut with an ellipsis; the count and ETA stay whole."""
+        info = str(fields.get("info", ""))
+        cells = (self.description, fields.get("count", ""), fields.get("eta", ""))
+        # seven columns (the spinner is one cell), six gaps, one spare cell at the edge
+        avail = self.console.width - 1 - 7 - sum(len(str(c)) for c in cells)
+        elapsed = 7  # "0:00:00"
+        bar = min(BAR_WIDTH, avail - len(info) - elapsed)
+        self.elapsed.hidden = bar < BAR_MIN
+        if self.elapsed.hidden:
+            elapsed = 0
+            bar = min(BAR_WIDTH, avail - len(info))
+        bar = max(bar, min(BAR_MIN, avail))
+        left = avail - bar - elapsed
+        if len(info) > left:
+            info = info[: left - 1] + "…" if left > 3 else ""
+        self.bar.bar_width = bar
+        return fields | {"info": info}
 
     def show(
         self, mode: str, description: str, total: float | None, done: int, **fields: Any
     ) -> None:
+        self.description = description
+        fields = self._fit(_blank(fields))
         if self.live is None:
+            one_line = Column(no_wrap=True, overflow="ellipsis")
             self.live = Progress(
                 SpinnerColumn(),
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[count]}"),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[eta]}"),
+                TextColumn("[bold]{task.description}", table_column=one_line),
+                self.bar,
+                TextColumn("{task.fields[count]}", table_column=one_line),
+                TextColumn("{task.fields[info]}", table_column=one_line),
+                self.elapsed,
+                TextColumn("{task.fields[eta]}", table_column=one_line),
                 console=self.console,
             )
-            self.task = self.live.add_task(
-                description, total=total, completed=done, **_blank(fields)
-            )
+            self.task = self.live.add_task(description, total=total, completed=done, **fields)
             self.live.start()
         else:
             self.live.reset(
-                self.task, total=total, completed=done, description=description, **_blank(fields)
+                self.task, total=total, completed=done, description=description, **fields
             )
         self.mode = mode
 
     def update(self, done: int, **fields: Any) -> None:
         if self.live is not None:
-            self.live.update(self.task, completed=done, **fields)
+            current = self.live.tasks[0].fields
+            self.live.update(self.task, completed=done, **self._fit(current | fields))
 
     def print(self, text: str) -> None:
         self.console.print(text, highlight=False, markup=False)

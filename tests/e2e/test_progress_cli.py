@@ -87,7 +87,10 @@ def _screen_lines(raw: str) -> list[str]:
 def test_in_a_terminal_one_live_line_from_the_first_seconds_and_ctrl_c_below_it(
     tmp_path: Path, ray_address: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    # the terminal's own size, 80 columns (the commonest default: the numbers used to wrap
+    # onto a second line there), not a COLUMNS or LINES this shell happens to export
+    drop = ("NO_COLOR", "COLUMNS", "LINES")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     t0 = time.monotonic()
     child = pexpect.spawn(
         str(BIN / "skyrl"),
@@ -96,7 +99,7 @@ def test_in_a_terminal_one_live_line_from_the_first_seconds_and_ctrl_c_below_it(
         env={**env, "TERM": "xterm-256color"},
         encoding="utf-8",
         timeout=240,
-        dimensions=(40, 160),
+        dimensions=(40, 80),
     )
     seen = io.StringIO()
     child.logfile_read = seen
@@ -113,7 +116,8 @@ def test_in_a_terminal_one_live_line_from_the_first_seconds_and_ctrl_c_below_it(
     assert not any(re.match(r"step \d+/200 ", ln) for ln in lines), "plain step lines under the bar"
     assert "-:--:--" not in raw
     bar = [ln for ln in lines if re.search(r"train .* \d+/200 reward", ln)]
-    assert bar and all(re.search(r"ETA \d+m\d\ds\s*$", ln) for ln in bar[-3:]), bar[-3:]
+    assert bar and all(re.search(r"ETA \d+m\d\ds\s*$", ln) for ln in bar[-3:]), raw[-2000:]
+    assert all(len(ln) < 80 for ln in bar), max(bar, key=len)
     stop = raw.rindex("stopped; continue with: skyrl train --resume")
     tail = raw[stop:]
     assert "━" not in tail and tail.endswith("\n"), repr(tail)  # nothing redrawn after it
