@@ -26,8 +26,28 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "tinker_rl_loop.py"
 TEXT = "The answer is 42 and the question is old."
 
 
+_OPEN: list[tinker.ServiceClient] = []
+
+
 def service(server: Server) -> tinker.ServiceClient:
-    return tinker.ServiceClient(base_url=server.url, api_key=KEY)
+    sc = tinker.ServiceClient(base_url=server.url, api_key=KEY)
+    _OPEN.append(sc)
+    return sc
+
+
+def _close_sessions() -> None:
+    """End the sessions opened so far, while their server still runs: an open session keeps a
+    heartbeat thread that, once its server is gone, logs a failure every 10 s to the end of
+    the suite (and closing then retries for minutes)."""
+    while _OPEN:
+        with contextlib.suppress(Exception):
+            _OPEN.pop().close("success").result(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _sessions_end_with_the_test():
+    yield
+    _close_sessions()
 
 
 def sft_datum(tok, text: str = TEXT, prompt_tokens: int = 3) -> types.Datum:
@@ -209,6 +229,7 @@ def test_state_survives_a_restart_and_tinker_paths_resolve(tmp_path: Path) -> No
         old_model.load_state(ckpt).result()  # the restarted server rebuilds it from the path
         assert np.allclose(logprobs_of(old_model, datum), trained, atol=1e-5)
     finally:
+        _close_sessions()  # both servers' sessions: the restarted one serves the same port
         srv.stop()
 
 
