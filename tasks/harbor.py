@@ -18,8 +18,8 @@ for the verifier, /tests and /logs/verifier.
 The verifier contract, as Harbor's: after the agent, `tests/` is put at /tests and
 `/tests/test.sh` runs in the WORKDIR with `[verifier].env` and `[verifier] timeout_sec`;
 it writes `/logs/verifier/reward.json` (named numbers) or `/logs/verifier/reward.txt` (one
-number), and reward.json wins when both exist. Our bundled tasks also read `LOGS_DIR` and
-`TESTS_DIR`, which skyrl sets to the same paths.
+number), and reward.json wins when both exist. Our bundled tasks use those paths as Harbor's
+own tasks do (skyrl also sets `LOGS_DIR` and `TESTS_DIR` to them, for older verifiers).
 
 `load_suite(split)` returns the tasks bundled in `tasks/shell/`; each belongs to one fixed
 split (`SPLITS`), so held-out tasks are never trained on.

@@ -1,16 +1,10 @@
 #!/bin/bash
-# Harbor verifier: runs in the work dir after the agent submits; writes 1 or 0 to the reward file.
-# LOGS_DIR and TESTS_DIR default to Harbor's /logs/verifier and /tests (skyrl sets them).
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-TESTS_DIR="${TESTS_DIR:-/tests}"
-mkdir -p "$LOGS_DIR"
+# Harbor verifier: runs in /app after the agent submits; writes 1 or 0 to /logs/verifier/reward.txt.
 
 check() {
-    [ "$(stat -c %a bin/deploy.sh)" = "755" ] || return 1
-    [ "$(stat -c %a secrets/api.key)" = "600" ] || return 1
-    [ "$(stat -c %a secrets)" = "700" ] || return 1
+    [ "$(stat -c '%a %n' bin/deploy.sh secrets/api.key secrets | tr '\n' ' ')" = "755 bin/deploy.sh 600 secrets/api.key 700 secrets " ] || return 1
     [ "$(./bin/deploy.sh)" = "deployed" ] || return 1
     [ "$(cat secrets/api.key)" = "k-12345" ]
 }
 
-if check >/dev/null 2>&1; then echo 1 >"$LOGS_DIR/reward.txt"; else echo 0 >"$LOGS_DIR/reward.txt"; fi
+if check >/dev/null 2>&1; then echo 1 >/logs/verifier/reward.txt; else echo 0 >/logs/verifier/reward.txt; fi

@@ -1,9 +1,5 @@
 #!/bin/bash
-# Harbor verifier: runs in the work dir after the agent submits; writes 1 or 0 to the reward file.
-# LOGS_DIR and TESTS_DIR default to Harbor's /logs/verifier and /tests (skyrl sets them).
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-TESTS_DIR="${TESTS_DIR:-/tests}"
-mkdir -p "$LOGS_DIR"
+# Harbor verifier: runs in /app after the agent submits; writes 1 or 0 to /logs/verifier/reward.txt.
 
 check() {
     [ "$(cd docs && ls | sort | tr '\n' ' ')" = "faq.md install.md notes.log usage.md " ] || return 1
@@ -16,4 +12,4 @@ Nothing yet." ] || return 1
     [ "$(cat docs/notes.log)" = "keep me as I am" ]
 }
 
-if check >/dev/null 2>&1; then echo 1 >"$LOGS_DIR/reward.txt"; else echo 0 >"$LOGS_DIR/reward.txt"; fi
+if check >/dev/null 2>&1; then echo 1 >/logs/verifier/reward.txt; else echo 0 >/logs/verifier/reward.txt; fi

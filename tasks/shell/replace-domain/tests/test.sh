@@ -1,9 +1,5 @@
 #!/bin/bash
-# Harbor verifier: runs in the work dir after the agent submits; writes 1 or 0 to the reward file.
-# LOGS_DIR and TESTS_DIR default to Harbor's /logs/verifier and /tests (skyrl sets them).
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-TESTS_DIR="${TESTS_DIR:-/tests}"
-mkdir -p "$LOGS_DIR"
+# Harbor verifier: runs in /app after the agent submits; writes 1 or 0 to /logs/verifier/reward.txt.
 
 check() {
     [ "$(cat site/index.html)" = '<a href="https://example.org/">Home</a>
@@ -14,4 +10,4 @@ check() {
     [ "$(cat site/LICENSE)" = 'Copyright example.com authors' ]
 }
 
-if check >/dev/null 2>&1; then echo 1 >"$LOGS_DIR/reward.txt"; else echo 0 >"$LOGS_DIR/reward.txt"; fi
+if check >/dev/null 2>&1; then echo 1 >/logs/verifier/reward.txt; else echo 0 >/logs/verifier/reward.txt; fi

@@ -1,9 +1,5 @@
 #!/bin/bash
-# Harbor verifier: runs in the work dir after the agent submits; writes 1 or 0 to the reward file.
-# LOGS_DIR and TESTS_DIR default to Harbor's /logs/verifier and /tests (skyrl sets them).
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-TESTS_DIR="${TESTS_DIR:-/tests}"
-mkdir -p "$LOGS_DIR"
+# Harbor verifier: runs in /app after the agent submits; writes 1 or 0 to /logs/verifier/reward.txt.
 
 check() {
     [ "$(sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]\+/ /g' -e 's/[[:space:]]*$//' top_ips.txt)" = "30 10.0.0.1
@@ -11,4 +7,4 @@ check() {
 17 10.0.0.7" ]
 }
 
-if check >/dev/null 2>&1; then echo 1 >"$LOGS_DIR/reward.txt"; else echo 0 >"$LOGS_DIR/reward.txt"; fi
+if check >/dev/null 2>&1; then echo 1 >/logs/verifier/reward.txt; else echo 0 >/logs/verifier/reward.txt; fi
