@@ -7,9 +7,15 @@ machine builds byte-identical databases and the same questions:
     task = load_suite("dev")[0]        # id, prompt (the question), answer (gold SQL)
     schema_text(task.metadata["database"])   # the compact schema a prompt shows the model
 
-Databases are built on first use into `<cache>/sql/v1/`. `hospital` is held out in `dev`
-and `music` in `test` (train never sees them); the other databases split their questions
-80/10/10 train/dev/test, difficulty by difficulty.
+Databases are built on first use into `<cache>/sql/v2/`. Each is a row builder here
+(`<name>.py`) and a data file (`data/<name>.json`: schema, value lists, questions; see
+`tasks.sql.domains`). `bookshop`, `university` and `airline` split their questions 80/10/10
+train/dev/test, difficulty by difficulty; the rest are held out whole, `hospital` and
+`weather` in dev, `music` and `lending` in test. Every train database names its tables in
+the plural and its columns in snake_case; `weather` (singular tables, abbreviated columns:
+`station.temp_c`) and `lending` (singular tables, camelCase columns: `member.fullName`) do
+not, and their questions are reworded (`data/phrasings.json`), so dev and test measure
+reading the schema, not recalling a naming habit (`convention(name)` says which is which).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tasks.cache import cache_dir
-from tasks.sql import airline, bookshop, hospital, music, university
+from tasks.sql import airline, bookshop, domains, hospital, lending, music, university, weather
 from tasks.sql.questions import DIFFICULTIES, assign_splits, entity_templates, generate
 from tasks.task import Task
 
@@ -36,28 +42,13 @@ _DOMAINS: dict[str, ModuleType] = {
     "airline": airline,
     "hospital": hospital,
     "music": music,
+    "weather": weather,
+    "lending": lending,
 }
+"""database -> its row builder; everything else about it is in `data/<name>.json`. New
+databases go last: the order fixes the suite's order, and the train split must not move."""
 DATABASES: tuple[str, ...] = tuple(_DOMAINS)
 SPLITS = ("train", "dev", "test")
-
-# database -> (split role, questions per difficulty). Dev gets ~80 questions in all, a
-# held-out database included, with a large share of easy ones (it measures before/after).
-_PLAN: dict[str, tuple[str, dict[str, int]]] = {
-    "bookshop": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
-    "university": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
-    "airline": ("shared", {"easy": 55, "medium": 45, "hard": 28}),
-    "hospital": ("dev", {"easy": 22, "medium": 14, "hard": 8}),
-    "music": ("test", {"easy": 35, "medium": 28, "hard": 17}),
-}
-
-# database -> (table, column): about 8% of its cells are NULL, so golds carry NULLs.
-_NULLED: dict[str, tuple[str, str]] = {
-    "bookshop": ("authors", "country"),
-    "university": ("students", "city"),
-    "airline": ("passengers", "nationality"),
-    "hospital": ("patients", "city"),
-    "music": ("artists", "country"),
-}
 
 _suite: list[Task] | None = None
 
@@ -73,6 +64,11 @@ def database_path(name: str) -> Path:
     if Path(name).is_file():
         return Path(name)
     raise ValueError(f"unknown database '{name}'; known: {', '.join(DATABASES)}")
+
+
+def convention(name: str) -> str:
+    """How a bundled database names its tables and columns, e.g. "plural snake_case"."""
+    return domains.load(name).convention
 
 
 def duckdb_folder() -> Path:
@@ -112,13 +108,12 @@ def build_all(folder: Path) -> None:
 
 def build_database(name: str, path: Path) -> None:
     """Create one bundled database at path from its schema and seeded rows."""
-    domain = _DOMAINS[name]
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA foreign_keys = ON")  # the seeded rows must respect them
-        conn.executescript(domain.SCHEMA)
-        rows = domain.build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
-        table, column = _NULLED[name]
+        conn.executescript(domains.load(name).schema)
+        rows = _DOMAINS[name].build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
+        table, column = domains.load(name).nulled
         index = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")].index(column)
         blank = random.Random(f"skyrl-sql-{VERSION}-{name}-nulls")
         rows[table] = [
@@ -176,20 +171,21 @@ def load_suite(split: str | None = None) -> list[Task]:
 
 
 def _database_tasks(name: str) -> list[Task]:
-    domain = _DOMAINS[name]
-    role, quotas = _PLAN[name]
-    shared = [t for e in domain.ENTITIES for t in entity_templates(e)]
+    domain = domains.load(name)
+    shared = [t for e in domain.entities for t in entity_templates(e)]
     uri = f"{database_path(name).resolve().as_uri()}?mode=ro"
     conn = sqlite3.connect(uri, uri=True)
     try:
         seed = f"skyrl-sql-{VERSION}-{name}-questions"
-        filled = generate(conn, shared, list(domain.TEMPLATES), quotas, seed)
+        filled = generate(conn, shared, list(domain.templates), domain.quotas, seed)
     finally:
         conn.close()
     splits: list[str] = []
     for difficulty in DIFFICULTIES:
         n = sum(1 for f in filled if f[0] == difficulty)
-        splits += assign_splits(n, role, seed=f"skyrl-sql-{VERSION}-{name}-{difficulty}")
+        splits += assign_splits(n, domain.split, seed=f"skyrl-sql-{VERSION}-{name}-{difficulty}")
+    if domain.phrasings:  # same SQL, other words: the seed is the question's own id
+        filled = [(d, domains.reword(q, f"{seed}-{i}"), s) for i, (d, q, s) in enumerate(filled)]
     return [
         Task(
             id=f"sql-{name}-{i:04d}",

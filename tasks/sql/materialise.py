@@ -1,7 +1,8 @@
 """The bundled SQLite databases copied into DuckDB files and into PostgreSQL schemas.
 
-The copy is table by table from the SQLite file (same rows, same order, column types mapped),
-so a gold query returns the same rows on every driver once sqlglot has translated it.
+The copy is table by table from the SQLite file (same rows, same order, column types mapped,
+names in lower case on PostgreSQL), so a gold query returns the same rows on every driver
+once sqlglot has translated it.
 
     python -m tasks.sql.materialise postgresql://ADMIN@HOST/DB [--reader skyrl_reader]
 
@@ -124,6 +125,10 @@ def to_postgres(sqlite_path: Path, conn: Any, schema: str) -> None:
     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(schema)))
     for table, cols, rows in read_sqlite(sqlite_path):
+        # PostgreSQL folds unquoted names to lower case, so a camelCase table or column
+        # (`member.fullName`) is created in lower case, where an unquoted query finds it
+        table = table.lower()
+        cols = [(c.lower(), t, pk) for c, t, pk in cols]
         conn.execute(_create(table, cols, _pg_type))
         with conn.cursor().copy(f'COPY "{table}" FROM STDIN') as copy:
             for row in rows:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -11,7 +13,22 @@ from pathlib import Path
 import pytest
 
 import tasks.sql as sql_suite
-from tasks.sql import DATABASES, VERSION, build_all, database_path, load_suite, schema_text
+from environments.sql import SQLEnv
+from tasks.sql import (
+    DATABASES,
+    VERSION,
+    build_all,
+    convention,
+    database_path,
+    load_suite,
+    schema_text,
+)
+from tasks.sql.questions import MAX_ROWS
+
+TRAIN_SHA256 = "a45e527341a17811234ed5fa1f453c9c07e482dc111920def8bc727406167462"
+"""The train split, one `json.dumps(asdict(task), sort_keys=True)` line per task, in order.
+The pinned training metrics and the warm-up's data rest on it: new databases and new
+phrasings go to dev and test only."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,9 +104,74 @@ def test_splits_hold_out_databases_and_dev_is_sized_for_evaluation():
     assert dbs["dev"] - dbs["train"], "dev must contain a database train never shows"
     assert dbs["test"] - dbs["train"] - dbs["dev"], "test should have its own database"
     dev = by_split["dev"]
-    assert 60 <= len(dev) <= 100
+    assert 60 <= len(dev) <= 120
     assert sum(t.metadata["difficulty"] == "easy" for t in dev) >= 0.3 * len(dev)
     assert all(t.split == s for s, v in by_split.items() for t in v)
+
+
+def test_the_train_split_is_pinned_byte_for_byte():
+    lines = "".join(
+        json.dumps(dataclasses.asdict(t), sort_keys=True) + "\n" for t in load_suite("train")
+    )
+    assert hashlib.sha256(lines.encode()).hexdigest() == TRAIN_SHA256
+
+
+def _train_conventions() -> set[str]:
+    return {convention(t.metadata["database"]) for t in load_suite("train")}
+
+
+def test_dev_and_test_each_hold_a_database_named_unlike_every_train_database():
+    seen = _train_conventions()
+    assert seen == {"plural snake_case"}
+    train_tables = {line.split("(")[0] for t in load_suite("train") for line in _schema_lines(t)}
+    for split in ("dev", "test"):
+        new = {t.metadata["database"] for t in load_suite(split)} - {
+            t.metadata["database"] for t in load_suite("train")
+        }
+        unlike = [db for db in new if convention(db) not in seen]
+        assert unlike, f"{split} has no database whose naming convention train lacks"
+        for db in unlike:  # the schema itself, not only its label, is named otherwise
+            tables = [line.split("(")[0] for line in schema_text(db).splitlines() if "(" in line]
+            assert not set(tables) & train_tables
+            assert not any(table.endswith("s") for table in tables), (db, tables)
+
+
+def _schema_lines(task) -> list[str]:
+    return [ln for ln in schema_text(task.metadata["database"]).splitlines() if "(" in ln]
+
+
+def _new_tasks() -> list:
+    seen = _train_conventions()
+    return [t for t in load_suite(None) if convention(t.metadata["database"]) not in seen]
+
+
+def test_every_task_of_the_new_databases_has_a_non_empty_deterministic_gold(tmp_path: Path):
+    """Each gold returns the same rows from two independent builds (not empty, not a lone 0
+    or NULL, at most MAX_ROWS), and the SQL environment gives it full reward."""
+    tasks = _new_tasks()
+    assert len(tasks) >= 60 and {t.split for t in tasks} == {"dev", "test"}
+    build_all(tmp_path)
+    env = SQLEnv()
+    for task in tasks:
+        name = task.metadata["database"]
+        first = _connect(database_path(name)).execute(task.answer).fetchall()
+        again = _connect(tmp_path / f"{name}.sqlite").execute(task.answer).fetchall()
+        assert first == again, task.id
+        assert 0 < len(first) <= MAX_ROWS, task.id
+        assert first not in ([(None,)], [(0,)]), task.id
+        env.reset(options={"task": task})
+        _, reward, done, _, info = env.step(f"<solution>{task.answer}</solution>")
+        assert done and reward == 1.0 and info["correct"], (task.id, info)
+    env.close()
+
+
+def test_the_new_databases_word_their_questions_otherwise():
+    reworded = ("Count the ", "Give the ", "Compute the ", "Look up ", "For the ", "Name the ",
+                "Show the ", "Which different ", "On average", "For every ", "In how many ",
+                "What is the maximum ", "What is the minimum ", "What is the number of ")  # fmt: skip
+    assert not any(t.prompt.startswith(reworded) for t in load_suite("train"))
+    new = _new_tasks()
+    assert sum(t.prompt.startswith(reworded) for t in new) >= 0.2 * len(new)
 
 
 def test_load_suite_is_deterministic(monkeypatch: pytest.MonkeyPatch):
