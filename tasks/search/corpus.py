@@ -8,7 +8,13 @@ encyclopaedia text does; those are the distractors a search has to rank below th
 
 from __future__ import annotations
 
+import dataclasses
+import string
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tasks.search.world import World
 
@@ -33,12 +39,17 @@ class Passage:
         return f'"{self.title}"\n{self.text}'
 
 
-def _thousands(n: int) -> str:
-    return f"{n:,}"
+TEMPLATES = Path(__file__).with_name("passages.yaml")
+"""The passage templates, in corpus order (format in the file's header)."""
 
 
-def _a(word: str) -> str:
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+class _Fields(string.Formatter):
+    """`str.format` plus the spec `a`: the word with its indefinite article."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if format_spec == "a":
+            return ("an " if str(value)[:1].lower() in "aeiou" else "a ") + str(value)
+        return super().format_field(value, format_spec)
 
 
 def _list(items: list[str]) -> str:
@@ -47,92 +58,41 @@ def _list(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _fields(world: World, each: str, entity: Any) -> dict[str, Any]:
+    """The entity's fields, and those its templates derive from the rest of the world."""
+    fields = dataclasses.asdict(entity)
+    if each == "countries":
+        fields["rivers"] = _list(
+            [r.name for r in world.rivers.values() if r.country == entity.name]
+        )
+    elif each == "rivers":
+        towns = [c.name for c in world.cities.values() if c.river == entity.name]
+        fields["towns"] = _list(towns[:4])
+    elif each == "cities":
+        fields["is_capital"] = world.countries[entity.country].capital == entity.name
+    elif each == "people":
+        fields["born_country"] = world.cities[entity.born_city].country
+    return fields
+
+
 def render(world: World) -> tuple[list[Passage], dict[FactKey, str]]:
     """All passages of a world in a fixed order, and the gold passage id of every fact."""
+    fmt = _Fields()
     drafts: list[tuple[FactKey, str, str]] = []
-
-    def add(key: FactKey, *sentences: str) -> None:
-        drafts.append((key, key[1], " ".join(sentences)))  # titled by the entity's name
-
-    for c in world.countries.values():
-        add(
-            ("country", c.name, "capital"),
-            f"{c.name} is a country on the continent of {c.continent}.",
-            f"Its capital is {c.capital}.",
-            f"The official language of {c.name} is {c.language}.",
-        )
-        own_rivers = [r.name for r in world.rivers.values() if r.country == c.name]
-        add(
-            ("country", c.name, "people"),
-            f"{c.name} has a population of about {c.population_m} million.",
-            f"Its currency is the {c.currency}.",
-            f"Its rivers include the {_list(own_rivers)}.",
-        )
-    for r in world.rivers.values():
-        add(
-            ("river", r.name, "course"),
-            f"The {r.name} is a river in {r.country}, {_thousands(r.length_km)} kilometres long.",
-            f"It flows into the {r.sea}.",
-        )
-        on_river = [c.name for c in world.cities.values() if c.river == r.name]
-        if on_river:
-            add(
-                ("river", r.name, "cities"),
-                f"Towns along the {r.name} include {_list(on_river[:4])}.",
-                "Its banks were settled early because of the fertile soil.",
-            )
-    for town in world.cities.values():
-        capital = world.countries[town.country].capital == town.name
-        add(
-            ("city", town.name, "geo"),
-            f"{town.name} is a city in {town.country}.",
-            f"It lies on the {town.river}.",
-            *([f"It is the capital of {town.country}."] if capital else []),
-        )
-        add(
-            ("city", town.name, "history"),
-            f"{town.name} was founded in {town.founded}.",
-            f"Today it has about {_thousands(town.population)} inhabitants.",
-        )
-    for p in world.people.values():
-        home = world.cities[p.born_city]
-        add(
-            ("person", p.name, "bio"),
-            f"{p.name} was {_a(p.profession)} born in {home.name}, {home.country}, in {p.born_year}.",
-        )
-        if p.employer:
-            add(
-                ("person", p.name, "career"),
-                f"{p.name} worked for {p.employer} for most of their career.",
-            )
-    for co in world.companies.values():
-        add(
-            ("company", co.name, "profile"),
-            f"{co.name} is {_a(co.industry)} company headquartered in {co.city}.",
-            f"It was founded in {co.founded} by {co.founder}.",
-        )
-        add(
-            ("company", co.name, "size"),
-            f"{co.name} employs about {_thousands(co.employees)} people.",
-        )
-        add(
-            ("person", co.founder, "career"),
-            f"In {co.founded}, {co.founder} started {_a(co.industry)} business of their own.",
-        )
-    for inv in world.inventions.values():
-        add(
-            ("invention", inv.name, "origin"),
-            f"The {inv.name} is {_a(inv.category)} device invented by {inv.inventor} in {inv.year}.",
-        )
-        add(
-            ("invention", inv.name, "maker"),
-            f"The {inv.name} was first manufactured by {inv.maker}.",
-            "Early models were sold mostly to workshops and schools.",
-        )
-        add(
-            ("person", inv.inventor, "career"),
-            f"{inv.inventor} spent years building prototypes before a breakthrough in {inv.year}.",
-        )
+    for group in yaml.safe_load(TEMPLATES.read_text(encoding="utf-8")):
+        for entity in getattr(world, group["each"]).values():
+            fields = _fields(world, group["each"], entity)
+            for template in group["passages"]:
+                if "when" in template and not fields[template["when"]]:
+                    continue
+                kind, name, role = (fmt.format(part, **fields) for part in template["key"])
+                sentences = [
+                    s if isinstance(s, str) else s["text"]
+                    for s in template["text"]
+                    if isinstance(s, str) or fields[s["when"]]
+                ]
+                text = " ".join(fmt.format(s, **fields) for s in sentences)
+                drafts.append(((kind, name, role), name, text))  # titled by the entity's name
 
     passages: list[Passage] = []
     gold: dict[FactKey, str] = {}

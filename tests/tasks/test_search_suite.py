@@ -69,6 +69,20 @@ def test_same_seed_gives_byte_identical_passages_in_any_process():
     assert out.stdout.strip() == _digest(search_suite.SEED)
 
 
+def test_the_bundled_corpus_and_questions_are_the_pinned_ones():
+    """The index is cached under VERSION: a change to the passages or questions (templates
+    in passages.yaml, questions.py, world.py) must come with a VERSION bump and new pins."""
+    blob = json.dumps([asdict(p) for p in corpus()], ensure_ascii=False).encode()
+    assert hashlib.sha256(blob).hexdigest() == (
+        "2f79e54d107e006d6f53de8f18617fe91c3b3e6bc10a65e6c2d90263487a323e"
+    )
+    blob = json.dumps([t.to_json() for t in load_suite(None)], ensure_ascii=False).encode()
+    assert hashlib.sha256(blob).hexdigest() == (
+        "d8a29a4cb6e21f91afe7e6c7bb1f78414cf4a93639237af7e46bb80b3c30a242"
+    )
+    assert search_suite.VERSION == "v1"
+
+
 def test_corpus_size_and_shape():
     passages = corpus()
     assert 2000 <= len(passages) <= 5000
