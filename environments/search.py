@@ -250,17 +250,13 @@ class SearchEnv(gym.Env):
     ) -> None:
         self.max_turns = text_env.turn_limit(max_turns)
         """Turns per episode, the answer included."""
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
-        if reward not in ("em", "f1"):
-            raise ValueError(f"reward must be 'em' or 'f1', got {reward!r}")
         if retriever_url is not None and not retriever_url.startswith(("http://", "https://")):
             raise ValueError(f"retriever_url must start with http:// or https://: {retriever_url}")
-        self.top_k = top_k
+        self.top_k = text_env.in_range("top_k", top_k, 1, MAX_TOP_K)
         """Passages shown per search."""
         self.format_penalty = format_penalty
         """Reward (negated) of an episode that ends without an <answer>."""
-        self.reward_kind = reward
+        self.reward_kind = text_env.one_of("reward", reward, ("em", "f1"))
         """`em`: normalised exact match; `f1`: best token F1."""
         self.index = index
         """FTS5 index path; else the task's `metadata.index`; else the bundled corpus."""

@@ -89,9 +89,7 @@ class ShellEnv(gym.Env):
         self._bash: Bash | None = None
         self._task: Task | None = None
         self._layout: harbor.Layout | Container | None = None
-        if backend not in ("bwrap", *RUNTIMES):
-            raise ValueError(f"unknown backend {backend!r}; known: bwrap, {', '.join(RUNTIMES)}")
-        self.backend = backend
+        self.backend = text_env.one_of("backend", backend, ("bwrap", *RUNTIMES))
         """`bwrap` (the image's layer in a bubblewrap sandbox) or a container runtime
         (`docker`, `podman`: the task's real image, where one works)."""
         self.reward_key = reward_key

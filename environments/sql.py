@@ -244,16 +244,10 @@ class SQLEnv(gym.Env):
         self.keep_distinct = keep_distinct
         """Spider only: keep DISTINCT (True) or drop it from both queries, as test-suite-sql-eval
         does unless given `--keep_distinct`."""
-        if float_decimals is not None and not 0 <= float_decimals <= 15:
-            raise ValueError(f"float_decimals must be between 0 and 15, got {float_decimals}")
-        self.float_decimals = float_decimals
+        self.float_decimals = text_env.in_range("float_decimals", float_decimals, 0, 15)
         """Round floats to this many decimals before comparing; None compares exactly, as the
         official evaluators do."""
-        if schema_format is not None and schema_format not in SCHEMA_FORMATS:
-            raise ValueError(
-                f"unknown schema_format {schema_format!r}; accepted: {', '.join(SCHEMA_FORMATS)}"
-            )
-        self.schema_format = schema_format
+        self.schema_format = text_env.one_of("schema_format", schema_format, SCHEMA_FORMATS)
         """How the prompt shows the schema (`compact`, `create`); None: the task's
         `metadata.schema_format`, else `compact`."""
         self.sample_rows = sample_rows

@@ -3,8 +3,9 @@ task source, its parser and its reward (as a `verifiers` environment does).
 
 - `Tags`: the action grammar's tag rule and the stop strings that go with it.
 - `read_action`: the model's action as clean text, or an ActionError.
-- `turn_limit`, `text_spaces`, `sandbox_limits`: the checked turn budget, the text spaces
-  and a sandbox's limits with the `timeout_s` knob, for `__init__`.
+- `turn_limit`, `in_range`, `one_of`, `text_spaces`, `sandbox_limits`: the checked turn
+  budget and knobs, the text spaces and a sandbox's limits with the `timeout_s` knob, for
+  `__init__`.
 - `episode_task`: the task of `reset(options={"task": ...})`, a `Task` or a task file's
   JSON row, else one drawn from the bundled train suite.
 - `tag_step`: Gymnasium's `step(action)` from an environment's `step(self, parsed)`: the
@@ -75,6 +76,24 @@ def turn_limit(max_turns: int) -> int:
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, got {max_turns}")
     return max_turns
+
+
+V = TypeVar("V", bound=float | None)
+K = TypeVar("K", bound=str | None)
+
+
+def in_range(name: str, value: V, low: float, high: float) -> V:
+    """A numeric knob, checked: `value` (None passes); ValueError when outside [low, high]."""
+    if value is not None and not low <= value <= high:
+        raise ValueError(f"{name} must be between {low:g} and {high:g}, got {value}")
+    return value
+
+
+def one_of(name: str, value: K, known: Sequence[str]) -> K:
+    """A named-choice knob, checked: `value` (None passes); ValueError listing `known`."""
+    if value is not None and value not in known:
+        raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
+    return value
 
 
 def text_spaces(max_observation_chars: int) -> tuple[TextSpace, TextSpace]:

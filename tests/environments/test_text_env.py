@@ -54,3 +54,22 @@ def test_tags_follow_the_first_tag_rule():
     ]:
         with pytest.raises(ActionError, match=error):
             tags.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "knobs", "message"),
+    [
+        ("search", {"top_k": 0}, "top_k must be between 1 and 50, got 0"),
+        ("search", {"reward": "bleu"}, "unknown reward 'bleu'; known: em, f1"),
+        ("sql", {"float_decimals": 16}, "float_decimals must be between 0 and 15, got 16"),
+        ("sql", {"schema_format": "yaml"}, "unknown schema_format 'yaml'; known: compact, create"),
+        ("shell", {"backend": "lxc"}, "unknown backend 'lxc'; known: bwrap, docker, podman"),
+    ],
+)
+def test_a_bad_knob_is_refused_in_one_sentence_that_names_it(name, knobs, message):
+    from environments.registry import BUILTINS, make_env
+
+    with pytest.raises(ValueError) as refused:
+        make_env(BUILTINS[name], **knobs)
+    assert str(refused.value) == message
+    make_env(BUILTINS[name], **{k: None for k in knobs if k in ("float_decimals", "schema_format")})
