@@ -10,14 +10,18 @@ evaluation widened to the whole split (`eval.limit`), so the warm-up checkpoint 
 the final one are scored on all dev tasks, greedy. Prints, per seed and as mean ± std, the
 warm-up accuracy, the final accuracy and the RL delta between them, the wall time of the run
 and of one final evaluation, and the RL delta per database (where the environment reports
-one). Writes a PNG of dev accuracy and mean reward against step for every seed. Nothing here
-is asserted: the figures go to docs/learning.md by hand, with the command that made them.
+one) with the database's naming convention. From the eval trajectories (eval/*.jsonl) it
+counts the episodes that ran a `<sql>` probe before answering, and the accuracy of the
+episodes with and without one. Writes a PNG of dev accuracy and mean reward against step for
+every seed. Nothing here is asserted: the figures go to docs/learning.md by hand, with the
+command that made them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -27,6 +31,59 @@ from pathlib import Path
 from typing import Any
 
 ALL_TASKS = 100_000  # eval.limit wide enough for any bundled split
+_PROBE = re.compile(r"<sql>", re.I)
+
+
+@dataclass
+class Probes:
+    """One evaluation's episodes split by whether the policy ran a `<sql>` probe before
+    its `<solution>` (or before giving up)."""
+
+    n: int = 0
+    probed: int = 0
+    probed_correct: int = 0
+    plain_correct: int = 0
+    episodes: list[tuple[str, bool]] = field(default_factory=list)  # (task id, probed)
+
+    @property
+    def rate(self) -> float:
+        return 100 * self.probed / max(1, self.n)
+
+    def acc(self, probed: bool) -> tuple[float | None, int]:
+        """Accuracy (%) of the episodes with (or without) a probe, and how many there were."""
+        k = self.probed if probed else self.n - self.probed
+        right = self.probed_correct if probed else self.plain_correct
+        return (100 * right / k if k else None), k
+
+
+def probes(path: Path) -> Probes:
+    """Count the probing episodes of an eval's trajectories (`eval/NAME.jsonl`)."""
+    p = Probes()
+    if not path.exists():
+        return p
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        said = "".join(t["text"] for t in rec["turns"] if t["role"] == "assistant")
+        probed = bool(_PROBE.search(said.split("<solution>")[0]))
+        info = rec.get("info") or {}
+        correct = bool(info["correct"]) if "correct" in info else rec["reward"] >= 1.0
+        p.n += 1
+        p.probed += probed
+        p.probed_correct += probed and correct
+        p.plain_correct += (not probed) and correct
+        p.episodes.append((rec["task_id"], probed))
+    return p
+
+
+def convention(database: str) -> tuple[str, str]:
+    """A bundled SQL database's naming convention ("plural snake_case") and whether train
+    shows it ("yes", or "no" for a held-out database); ("-", "-") for any other."""
+    from tasks import sql
+    from tasks.sql import domains
+
+    if database not in sql.DATABASES:
+        return "-", "-"
+    return sql.convention(database), "yes" if domains.load(database).split == "shared" else "no"
 
 
 @dataclass
@@ -39,6 +96,8 @@ class Seed:
     curve: list[tuple[int, float]] = field(default_factory=list)  # (step, reward/mean)
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, dev accuracy)
     eval_s: float | None = None
+    start_probes: Probes = field(default_factory=Probes)
+    final_probes: Probes = field(default_factory=Probes)
 
     @property
     def delta(self) -> float:
@@ -81,6 +140,8 @@ def read(run: Path) -> Seed:
         raise SystemExit(f"error: {run} has no warm-up/before and after evaluation")
     s.start = json.loads(first.read_text())
     s.final = json.loads((ev / "after.json").read_text())
+    s.start_probes = probes(first.with_suffix(".jsonl"))
+    s.final_probes = probes(ev / "after.jsonl")
     s.evals.append((0, s.start["accuracy"]))
     for line in (run / "metrics.jsonl").read_text().splitlines():
         m = json.loads(line)
@@ -129,18 +190,63 @@ def table(seeds: list[Seed]) -> str:
         f"| mean ± std | {_ms([100 * s.start['accuracy'] for s in seeds])}"
         f" | {_ms([100 * s.final['accuracy'] for s in seeds])} | {_ms([s.delta for s in seeds])} | | |"
     )
+    rows += probe_table(seeds, start)
     dbs = sorted(set().union(*(s.final.get("by_database", {}) for s in seeds)))
     if dbs:
-        rows += ["", f"| database | {start} % (mean) | final % (mean) | RL delta (mean ± std) |"]
-        rows.append("|---|---|---|---|")
+        rows += [
+            "",
+            f"| database | convention | in train | tasks | {start} % (mean) | final % (mean)"
+            " | RL delta (mean ± std) | probed % (final, mean) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for db in dbs:
             a = [100 * s.start.get("by_database", {}).get(db, 0.0) for s in seeds]
             b = [100 * s.final.get("by_database", {}).get(db, 0.0) for s in seeds]
             d = [y - x for x, y in zip(a, b, strict=True)]
+            tasks = seeds[0].final.get("breakdown", {}).get("database", {}).get(db, {})
+            rate = [_db_probe_rate(s.final_probes, db) for s in seeds]
+            known = [r for r in rate if r is not None]
             rows.append(
-                f"| {db} | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)} |"
+                f"| {db} | {' | '.join(convention(db))} | {tasks.get('tasks', '-')}"
+                f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
+                f" | {f'{statistics.mean(known):.1f}' if known else '-'} |"
             )
     return "\n".join(rows)
+
+
+def _pct(x: tuple[float | None, int]) -> str:
+    return "-" if x[0] is None else f"{x[0]:.1f} ({x[1]})"
+
+
+def probe_table(seeds: list[Seed], start: str) -> list[str]:
+    """Per seed: the share of eval episodes with a `<sql>` probe before the answer, and the
+    final accuracy of the episodes with and without one (their count in brackets)."""
+    if not any(s.final_probes.n for s in seeds):
+        return []
+    rows = [
+        "",
+        "probes: eval episodes that ran a <sql> query before their answer",
+        "",
+        f"| seed | probed % ({start}) | probed % (final) | final % with probes (episodes)"
+        " | final % without probes (episodes) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in seeds:
+        p, q = s.start_probes, s.final_probes
+        rows.append(
+            f"| {s.seed} | {p.rate:.1f} | {q.rate:.1f} | {_pct(q.acc(True))} | {_pct(q.acc(False))} |"
+        )
+    rows.append(
+        f"| mean ± std | {_ms([s.start_probes.rate for s in seeds])}"
+        f" | {_ms([s.final_probes.rate for s in seeds])} | | |"
+    )
+    return rows
+
+
+def _db_probe_rate(p: Probes, db: str) -> float | None:
+    """Probe share (%) of one bundled database's episodes (task ids `sql-<db>-NNNN`)."""
+    mine = [probed for task, probed in p.episodes if task.startswith(f"sql-{db}-")]
+    return 100 * sum(mine) / len(mine) if mine else None
 
 
 def plot(seeds: list[Seed], png: Path, title: str) -> None:

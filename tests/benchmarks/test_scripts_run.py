@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agents.trajectory import Trajectory, Turn
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,3 +59,62 @@ def test_learning_harness_reports_each_seed_and_the_mean_delta_from_real_runs(tm
     assert re.search(r"^\| 0 \|.*\| [\d.]+ min \| \d+ s \|$", out, re.M), out  # seed 0's eval timed
     assert "| mean ± std |" in out and "dev tasks: 2 (greedy); seeds: 2" in out, out
     assert png.stat().st_size > 10_000
+
+
+def _episode(task_id: str, said: list[str], correct: bool) -> dict:
+    """One eval trajectory as the trainer writes it (`Trajectory.to_record`)."""
+    turns = [Turn("user", "Tables: ...")]
+    for text in said:
+        turns += [Turn("assistant", text), Turn("user", "rows ...")]
+    traj = Trajectory(task_id, 0, turns, reward=1.0 if correct else 0.0, num_turns=len(said))
+    traj.info = {"correct": correct}
+    return traj.to_record(0)
+
+
+def test_learning_report_names_each_databases_convention_and_counts_probes(tmp_path):
+    """`--report` over two finished SQL runs: the per-database rows carry the convention and
+    whether train shows it, and the probe table comes from the eval trajectories."""
+    probe, answer = "<sql>SELECT * FROM station LIMIT 3</sql>", "<solution>SELECT 1</solution>"
+    for seed in (0, 1):
+        ev = tmp_path / "runs" / f"sql-{seed}" / "eval"
+        ev.mkdir(parents=True)
+        final = [  # seed 0: both weather episodes probe; seed 1: one does
+            _episode("sql-weather-0000", [probe, answer], True),
+            _episode("sql-weather-0001", [probe, answer] if seed == 0 else [answer], False),
+            _episode("sql-bookshop-0000", [answer], True),
+            _episode("sql-bookshop-0001", [answer + probe], False),  # after the answer: no probe
+        ]
+        start = [_episode(e["task_id"], [answer], False) for e in final]
+        for name, eps in (("warmup", start), ("after", final)):
+            (ev / f"{name}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
+            acc = {
+                "weather": 0.5 if name == "after" else 0.0,
+                "bookshop": 0.5 if name == "after" else 0.0,
+            }
+            breakdown = {"database": {db: {"tasks": 2} for db in acc}}
+            report = {
+                "n": 4,
+                "accuracy": sum(acc.values()) / 2,
+                "by_database": acc,
+                "breakdown": breakdown,
+            }
+            (ev / f"{name}.json").write_text(json.dumps({**report, "name": name}))
+        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+    png = tmp_path / "curve.png"
+    out = _run(
+        "benchmarks/learning.py",
+        "--report",
+        str(tmp_path / "runs"),
+        "--png",
+        str(png),
+        home=tmp_path,
+    )
+    assert "| 0 | 0.0 | 50.0 | 50.0 (2) | 50.0 (2) |" in out, out  # 1 of 2 probing right
+    assert "| 1 | 0.0 | 25.0 | 100.0 (1) | 33.3 (3) |" in out, out
+    assert "| mean ± std | 0.0 ± 0.0 | 37.5 ± 17.7 | | |" in out, out
+    assert (
+        "| weather | singular snake_case, abbreviated columns | no | 2 | 0.0 | 50.0 | 50.0 ± 0.0 | 75.0 |"
+        in out
+    ), out
+    assert "| bookshop | plural snake_case | yes | 2 | 0.0 | 50.0 | 50.0 ± 0.0 | 0.0 |" in out, out
