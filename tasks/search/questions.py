@@ -1,8 +1,9 @@
 """Question templates over a `World`: one-, two- and three-hop questions with gold passages.
 
-A template turns one entity into (question, accepted answers, gold fact keys). The gold
-keys are the passages a searcher must read, in order: hop 1 names the bridge entity (the
-founder of a company, the city a river flows through), the next hop is about that entity.
+A template (`questions.yaml`) turns one entity into (question, accepted answers, gold fact
+keys) by following relations of the world, one per hop. The gold keys are the passages a
+searcher must read, in order: hop 1 names the bridge entity (the founder of a company, the
+city a river flows through), the next hop is about that entity.
 
     easy    1 hop   "Where was Dorav Kelmun born?"
     medium  2 hops  "In which country is the city where the founder of Brask Press was born?"
@@ -11,9 +12,13 @@ founder of a company, the city a river flows through), the next hop is about tha
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tasks.search.corpus import FactKey
 from tasks.search.world import World
@@ -38,221 +43,60 @@ class Question:
         return len(self.gold)
 
 
-Template = Callable[[World, str], Question | None]
+TEMPLATES = Path(__file__).with_name("questions.yaml")
+"""The relations of the world and the question templates over them (format in the file)."""
 
 
-def _city(world: World, city: str) -> tuple[str, ...]:
-    return (city, f"{city}, {world.cities[city].country}")
+@functools.cache
+def _templates() -> dict[str, Any]:
+    return yaml.safe_load(TEMPLATES.read_text(encoding="utf-8"))
 
 
-def _river(name: str) -> tuple[str, ...]:
-    return (name, name.removesuffix(" River"))
+def _follow(w: World, collection: str, name: str, field: str) -> Any:
+    entity = getattr(w, collection)[name]
+    if field == "born_country":
+        return w.cities[entity.born_city].country
+    return getattr(entity, field)
 
 
-def _sea(name: str) -> tuple[str, ...]:
-    return (name, name.removesuffix(" Sea"))
+def _accepted(w: World, collection: str | None, answer: Any) -> tuple[str, ...]:
+    if collection == "cities":
+        return (answer, f"{answer}, {w.cities[answer].country}")
+    if collection in ("rivers", "seas"):
+        return (answer, answer.removesuffix(" River" if collection == "rivers" else " Sea"))
+    return (str(answer),)
 
 
-def _bio(w: World, person: str) -> FactKey:
-    return ("person", person, "bio")
-
-
-# ---------------------------------------------------------------------------- one hop
-
-
-def born_city(w: World, p: str) -> Question:
-    city = w.people[p].born_city
-    return Question("born_city", f"Where was {p} born?", _city(w, city), (_bio(w, p),))
-
-
-def born_year(w: World, p: str) -> Question:
-    year = str(w.people[p].born_year)
-    return Question("born_year", f"In which year was {p} born?", (year,), (_bio(w, p),))
-
-
-def founder(w: World, co: str) -> Question:
-    gold = (("company", co, "profile"),)
-    return Question("founder", f"Who founded {co}?", (w.companies[co].founder,), gold)
-
-
-def headquarters(w: World, co: str) -> Question:
-    gold = (("company", co, "profile"),)
-    text = f"In which city is {co} headquartered?"
-    return Question("headquarters", text, _city(w, w.companies[co].city), gold)
-
-
-def founded_year(w: World, co: str) -> Question:
-    gold = (("company", co, "profile"),)
-    text = f"In which year was {co} founded?"
-    return Question("founded_year", text, (str(w.companies[co].founded),), gold)
-
-
-def inventor(w: World, inv: str) -> Question:
-    gold = (("invention", inv, "origin"),)
-    return Question("inventor", f"Who invented the {inv}?", (w.inventions[inv].inventor,), gold)
-
-
-def maker(w: World, inv: str) -> Question:
-    gold = (("invention", inv, "maker"),)
-    text = f"Which company first manufactured the {inv}?"
-    return Question("maker", text, (w.inventions[inv].maker,), gold)
-
-
-def city_country(w: World, city: str) -> Question:
-    gold = (("city", city, "geo"),)
-    text = f"In which country is {city}?"
-    return Question("city_country", text, (w.cities[city].country,), gold)
-
-
-def city_river(w: World, city: str) -> Question:
-    gold = (("city", city, "geo"),)
-    text = f"Which river flows through {city}?"
-    return Question("city_river", text, _river(w.cities[city].river), gold)
-
-
-def capital(w: World, country: str) -> Question:
-    gold = (("country", country, "capital"),)
-    cap = w.countries[country].capital
-    return Question("capital", f"What is the capital of {country}?", _city(w, cap), gold)
-
-
-def river_sea(w: World, river: str) -> Question:
-    gold = (("river", river, "course"),)
-    text = f"Into which sea does the {river} flow?"
-    return Question("river_sea", text, _sea(w.rivers[river].sea), gold)
-
-
-# ---------------------------------------------------------------------------- two hops
-
-
-def founder_birth_country(w: World, co: str) -> Question:
-    boss = w.companies[co].founder
-    country = w.cities[w.people[boss].born_city].country
-    text = f"In which country is the city where the founder of {co} was born?"
-    gold = (("company", co, "profile"), _bio(w, boss))
-    return Question("founder_birth_country", text, (country,), gold)
-
-
-def founder_birth_year(w: World, co: str) -> Question:
-    boss = w.companies[co].founder
-    text = f"In which year was the founder of {co} born?"
-    gold = (("company", co, "profile"), _bio(w, boss))
-    return Question("founder_birth_year", text, (str(w.people[boss].born_year),), gold)
-
-
-def inventor_birth_city(w: World, inv: str) -> Question:
-    who = w.inventions[inv].inventor
-    text = f"In which city was the inventor of the {inv} born?"
-    gold = (("invention", inv, "origin"), _bio(w, who))
-    return Question("inventor_birth_city", text, _city(w, w.people[who].born_city), gold)
-
-
-def headquarters_river(w: World, co: str) -> Question:
-    city = w.companies[co].city
-    text = f"Which river flows through the city where {co} is headquartered?"
-    gold = (("company", co, "profile"), ("city", city, "geo"))
-    return Question("headquarters_river", text, _river(w.cities[city].river), gold)
-
-
-def city_capital(w: World, city: str) -> Question | None:
-    country = w.countries[w.cities[city].country]
-    if country.capital == city:
-        return None  # the question would answer itself
-    text = f"What is the capital of the country where {city} lies?"
-    gold = (("city", city, "geo"), ("country", country.name, "capital"))
-    return Question("city_capital", text, _city(w, country.capital), gold)
-
-
-def maker_founder(w: World, inv: str) -> Question:
-    co = w.inventions[inv].maker
-    text = f"Who founded the company that first manufactured the {inv}?"
-    gold = (("invention", inv, "maker"), ("company", co, "profile"))
-    return Question("maker_founder", text, (w.companies[co].founder,), gold)
-
-
-def city_sea(w: World, city: str) -> Question:
-    river = w.cities[city].river
-    text = f"Into which sea does the river that flows through {city} flow?"
-    gold = (("city", city, "geo"), ("river", river, "course"))
-    return Question("city_sea", text, _sea(w.rivers[river].sea), gold)
-
-
-def employer_founder(w: World, p: str) -> Question | None:
-    co = w.people[p].employer
-    if co is None:
+def ask(w: World, template: dict[str, Any], entity: str) -> Question | None:
+    """The template's question about `entity`; None when a hop leads nowhere (a person with
+    no employer) or the answer is the entity itself (the capital's own capital)."""
+    relations = _templates()["relations"]
+    collection: str | None = template["each"]
+    value: Any = entity
+    gold: list[FactKey] = []
+    for field in template["hops"]:
+        target, kind, role = relations[f"{collection}.{field}"]
+        gold.append((kind, value, role))
+        value, collection = _follow(w, str(collection), value, field), target
+        if value is None:
+            return None
+    if value == entity:
         return None
-    text = f"Who founded the company that {p} worked for?"
-    gold = (("person", p, "career"), ("company", co, "profile"))
-    return Question("employer_founder", text, (w.companies[co].founder,), gold)
-
-
-# ---------------------------------------------------------------------------- three hops
-
-
-def founder_birth_capital(w: World, co: str) -> Question:
-    boss = w.companies[co].founder
-    country = w.cities[w.people[boss].born_city].country
-    text = f"What is the capital of the country where the founder of {co} was born?"
-    gold = (("company", co, "profile"), _bio(w, boss), ("country", country, "capital"))
-    return Question("founder_birth_capital", text, _city(w, w.countries[country].capital), gold)
-
-
-def inventor_birth_river(w: World, inv: str) -> Question:
-    who = w.inventions[inv].inventor
-    city = w.people[who].born_city
-    text = f"Which river flows through the city where the inventor of the {inv} was born?"
-    gold = (("invention", inv, "origin"), _bio(w, who), ("city", city, "geo"))
-    return Question("inventor_birth_river", text, _river(w.cities[city].river), gold)
-
-
-def headquarters_sea(w: World, co: str) -> Question:
-    city = w.companies[co].city
-    river = w.cities[city].river
-    text = f"Into which sea does the river that flows through the city where {co} is headquartered flow?"
-    gold = (("company", co, "profile"), ("city", city, "geo"), ("river", river, "course"))
-    return Question("headquarters_sea", text, _sea(w.rivers[river].sea), gold)
-
-
-# ---------------------------------------------------------------------------- the plan
-
-# (template, entity kind it takes, how many questions)
-PLAN: tuple[tuple[Template, str, int], ...] = (
-    (born_city, "people", 40),
-    (born_year, "people", 36),
-    (founder, "companies", 40),
-    (headquarters, "companies", 36),
-    (founded_year, "companies", 36),
-    (inventor, "inventions", 40),
-    (maker, "inventions", 36),
-    (city_country, "cities", 36),
-    (city_river, "cities", 36),
-    (capital, "countries", 24),
-    (river_sea, "rivers", 36),
-    (founder_birth_country, "companies", 40),
-    (founder_birth_year, "companies", 36),
-    (inventor_birth_city, "inventions", 40),
-    (headquarters_river, "companies", 40),
-    (city_capital, "cities", 40),
-    (maker_founder, "inventions", 40),
-    (city_sea, "cities", 36),
-    (employer_founder, "people", 40),
-    (founder_birth_capital, "companies", 32),
-    (inventor_birth_river, "inventions", 32),
-    (headquarters_sea, "companies", 32),
-)
+    answers = _accepted(w, collection, value)
+    return Question(template["name"], template["text"].format(entity), answers, tuple(gold))
 
 
 def generate(world: World, seed: int) -> list[Question]:
-    """Every template's quota of questions, each about a distinct entity, in PLAN order."""
+    """Every template's quota of questions, each about a distinct entity, in template order."""
     questions: list[Question] = []
-    for template, kind, quota in PLAN:
-        pool: list[str] = list(getattr(world, kind))
-        random.Random(f"skyrl-search-q-{seed}-{template.__name__}").shuffle(pool)
+    for template in _templates()["templates"]:
+        pool: list[str] = list(getattr(world, template["each"]))
+        random.Random(f"skyrl-search-q-{seed}-{template['name']}").shuffle(pool)
         made = 0
         for entity in pool:
-            if made == quota:
+            if made == template["quota"]:
                 break
-            question = template(world, entity)
+            question = ask(world, template, entity)
             if question is not None:
                 questions.append(question)
                 made += 1
