@@ -61,6 +61,11 @@ class Edit:
     content: str | None = None
     """The whole new file."""
 
+    def __post_init__(self) -> None:
+        kinds = [self.old is not None, self.append is not None, self.content is not None]
+        if sum(kinds) != 1 or (self.old is not None) != (self.new is not None):
+            raise ValueError(f"edit of {self.path} needs old+new, append or content")
+
 
 @dataclass(frozen=True)
 class InstanceSource:
@@ -130,14 +135,10 @@ def is_test_path(path: str) -> bool:
 
 
 def _edits(raw: list[dict], where: str) -> tuple[Edit, ...]:
-    edits = []
-    for item in raw:
-        edit = Edit(**item)
-        kinds = [edit.old is not None, edit.append is not None, edit.content is not None]
-        if sum(kinds) != 1 or (edit.old is not None) != (edit.new is not None):
-            raise ValueError(f"{where}: edit of {edit.path} needs old+new, append or content")
-        edits.append(edit)
-    return tuple(edits)
+    try:
+        return tuple(Edit(**item) for item in raw)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def load_repo(root: Path) -> RepoSource:

@@ -180,3 +180,12 @@ def test_an_ambiguous_edit_is_refused(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("x = 1\nx = 1\n")
     with pytest.raises(ValueError, match="occurs 2 times"):
         apply_edits(tmp_path, (Edit(path="m.py", old="x = 1", new="x = 2"),), "here")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"old": "x = 1"}, {"append": "y\n", "content": "z\n"}, {}, {"new": "x = 2"}],
+)
+def test_an_edit_that_is_not_exactly_one_kind_is_refused(fields: dict) -> None:
+    with pytest.raises(ValueError, match="edit of m.py needs old\\+new, append or content"):
+        Edit(path="m.py", **fields)
