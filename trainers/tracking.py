@@ -8,6 +8,10 @@ tracking URI.
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
+import time
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +59,47 @@ def default_store(runs_dir: Path) -> tuple[str, Path]:
     return f"sqlite:///{(store / 'mlflow.db').resolve()}", store / "artifacts"
 
 
+def _seed_sqlite_store(uri: str) -> None:
+    """Start a new SQLite store as a copy of an empty one already built by this MLflow version.
+
+    MLflow builds a new store by running its whole chain of schema migrations, several
+    seconds each time (7 s at load 8 on 2 cores); every new project (and every test's runs
+    dir) paid that on its first run. The empty store is built once into the cache
+    (`~/.cache/skyrl/mlflow/`, one per MLflow version) and copied; the copy's Default
+    experiment then points where MLflow itself would have put it. Anything unexpected here
+    leaves the store to MLflow."""
+    import mlflow
+
+    db = Path(uri.removeprefix("sqlite:///"))
+    if not uri.startswith("sqlite:///") or db.exists():
+        return
+    from tasks.cache import cache_dir
+
+    try:
+        template = cache_dir() / "mlflow" / f"empty-{mlflow.__version__}.db"
+        if not template.is_file():
+            template.parent.mkdir(parents=True, exist_ok=True)
+            part = template.with_name(f"{template.name}.{uuid.uuid4().hex}.part")
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(tracking_uri=f"sqlite:///{part}").search_experiments()
+            os.replace(part, template)  # whole or absent, whoever builds it at the same time
+        db.parent.mkdir(parents=True, exist_ok=True)
+        part = db.with_name(f"{db.name}.{uuid.uuid4().hex}.part")
+        shutil.copyfile(template, part)
+        now = int(time.time() * 1000)
+        with sqlite3.connect(part) as con:  # as MLflow would: ./mlruns/0 from here, made now
+            con.execute(
+                "UPDATE experiments SET artifact_location = ?, creation_time = ?, "
+                "last_update_time = ? WHERE experiment_id = 0",
+                (str(Path.cwd() / "mlruns" / "0"), now, now),
+            )
+        con.close()
+        os.replace(part, db)
+    except (OSError, sqlite3.Error):
+        return
+
+
 class MLflowTracker:
     """Logs params, per-step metrics and artifacts to one MLflow run (resumed by id)."""
 
@@ -71,6 +116,7 @@ class MLflowTracker:
             logging.getLogger(name).setLevel(logging.WARNING)
         from mlflow.tracking import MlflowClient
 
+        _seed_sqlite_store(uri)
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)
         if exp is None:
