@@ -1,5 +1,5 @@
 """`skyrl train` with a learner group (learner.strategy, learner.num_workers) on the toy task:
-3 steps with FSDP and with DeepSpeed, and a kill -9 resumed with another worker count that matches
+3 steps with FSDP and with DeepSpeed ZeRO-2 and ZeRO-3, and a kill -9 resumed with another worker count that matches
 the uninterrupted run (checkpoints hold full tensors by name, trainers/learner_dist.py)."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from tests.conftest import BIN, skyrl
 pytest.importorskip("deepspeed")
 
 TOY = Path(__file__).parents[1] / "e2e" / "toy"
-# ZeRO-3 (weights sharded too) stands for DeepSpeed here; ZeRO-2 is held to the one-process
-# step in test_distributed_learners.py (each run here costs CI ~30 s of worker start-up)
+# DeepSpeed at both stages it offers: ZeRO-2 (optimizer state and gradients sharded) and
+# ZeRO-3 (weights too); each run costs CI ~30 s of worker start-up
 STRATEGIES = {
     "fsdp": ["learner.strategy=fsdp"],
+    "zero2": ["learner.strategy=deepspeed", "learner.zero_stage=2"],
     "zero3": ["learner.strategy=deepspeed", "learner.zero_stage=3"],
 }
 
