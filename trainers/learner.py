@@ -13,8 +13,11 @@ are the critic's head on its body's hidden state at the same positions.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -437,12 +440,13 @@ class TorchLearner:
 
     def save_weights(self, directory: str | Path) -> None:
         """The weights as an HF model folder (what an engine loads); with LoRA, merged."""
-        if self.lora:
-            self.model.get_base_model().save_pretrained(
-                Path(directory), state_dict=self._merged(), safe_serialization=True
-            )
-        else:
-            self.model.save_pretrained(Path(directory), safe_serialization=True)
+        with _no_deepspeed_probe():
+            if self.lora:
+                self.model.get_base_model().save_pretrained(
+                    Path(directory), state_dict=self._merged(), safe_serialization=True
+                )
+            else:
+                self.model.save_pretrained(Path(directory), safe_serialization=True)
         self.tokenizer.save_pretrained(Path(directory))
 
     def save_state(self, directory: str | Path) -> None:
@@ -454,7 +458,8 @@ class TorchLearner:
             torch.save({**state, "optimizer": self.opt.state_dict()}, d / "critic.pt")
             return
         if self.lora:  # the adapter and the base model's path (peft's folder), not the model
-            self.model.save_pretrained(d / "model", safe_serialization=True)
+            with _no_deepspeed_probe():
+                self.model.save_pretrained(d / "model", safe_serialization=True)
         else:
             self.save_weights(d / "model")
         torch.save({"optimizer": self.opt.state_dict()}, d / "optimizer.pt")
@@ -516,6 +521,27 @@ class TorchLearner:
                 "param_groups": self.opt.state_dict()["param_groups"],
             }
         self.opt.load_state_dict(extra["optimizer"])
+
+
+@contextlib.contextmanager
+def _no_deepspeed_probe() -> Iterator[None]:
+    """`save_pretrained` unwraps the model through accelerate, which imports deepspeed
+    wherever it is installed (2+ s and a "Setting accelerator to CPU" line in every process
+    that saves) only to ask whether the model is a DeepSpeedEngine. A process that never
+    imported deepspeed holds none, so the answer is no without the import."""
+    try:
+        from accelerate.utils import other
+    except ImportError:
+        other = None
+    if other is None or "deepspeed" in sys.modules or not hasattr(other, "is_deepspeed_available"):
+        yield
+        return
+    probe = other.is_deepspeed_available
+    other.is_deepspeed_available = lambda: False
+    try:
+        yield
+    finally:
+        other.is_deepspeed_available = probe
 
 
 def _split(x_B_T: torch.Tensor, mask_B_T: torch.Tensor) -> list[torch.Tensor]:

@@ -2,6 +2,8 @@
 through it (`trainers.steps.train_step`), on the tiny model in this process."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -535,3 +537,27 @@ def test_the_reference_engine_loads_a_saved_reference_strictly(tiny, tmp_path):
     assert all(torch.equal(before[k], v) for k, v in engine.model.state_dict().items())
     save_file(tensors, str(weights_file))
     engine.load(tmp_path / "reference", 0)  # the complete folder loads, the tied head included
+
+
+def test_saving_a_checkpoint_does_not_import_deepspeed(tmp_path):
+    """transformers' save_pretrained asks accelerate whether the model is a DeepSpeedEngine,
+    and accelerate imports deepspeed to find out wherever it is installed: 2+ s and a
+    "Setting accelerator to CPU" line in every process that saved, on every run. A fresh
+    process (this one may have imported deepspeed in another test) saves a checkpoint."""
+    pytest.importorskip("deepspeed")  # where it is not installed there is nothing to import
+    code = (
+        "import sys\n"
+        "from agents.models import resolve_model\n"
+        "from trainers.config import build_config\n"
+        "from trainers.learner import TorchLearner\n"
+        "cfg = build_config([{'model': {'name': 'tiny'}}], env_name='math')\n"
+        "learner = TorchLearner(resolve_model('tiny', quiet=True), cfg)\n"
+        f"learner.save_state({str(tmp_path)!r})\n"
+        "print('deepspeed' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    assert "Setting accelerator" not in out.stderr
