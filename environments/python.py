@@ -34,8 +34,6 @@ import shutil
 import textwrap
 from typing import Any, Literal
 
-import gymnasium as gym
-
 from environments import text_env
 from environments.math import numeric_match
 from environments.python_repl import PythonRepl, ReplReply
@@ -45,8 +43,6 @@ from tasks.task import Task
 
 __all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
 
-MAX_OBSERVATION_CHARS = 1_000_000
-"""Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to answer."
 
 TAGS = text_env.Tags("python", "answer")
@@ -102,7 +98,7 @@ def default_python() -> str:
     return shutil.which("python3") or "python3"
 
 
-class PythonEnv(gym.Env):
+class PythonEnv(text_env.SandboxEnv):
     """Work out an answer with a sandboxed Python REPL, then submit it in `<answer>`."""
 
     stop_strings = TAGS.stop_strings
@@ -110,13 +106,14 @@ class PythonEnv(gym.Env):
 
     def __init__(
         self,
+        *,
+        max_obs_chars: int = 4000,
+        python: str | None = None,
+        sandbox_backend: Literal["auto", "bwrap", "fallback"] | None = None,
         max_turns: int = 5,
         format_penalty: float = 0.1,
         timeout_s: float | None = None,
         limits: Limits | None = None,
-        max_obs_chars: int = 4000,
-        python: str | None = None,
-        sandbox_backend: Literal["auto", "bwrap", "fallback"] | None = None,
         **kwargs: Any,
     ) -> None:
         """`max_turns` actions per episode; `format_penalty` is the reward for running out of
@@ -124,18 +121,13 @@ class PythonEnv(gym.Env):
         clock of one `<python>` action; `limits` bound the sandbox; `max_obs_chars` caps an
         observation; `python` is the interpreter inside the sandbox; `sandbox_backend` picks
         `bwrap` / `fallback` (default: `$SKYRL_SANDBOX_BACKEND`, else bwrap when installed)."""
-        self.max_turns = text_env.turn_limit(max_turns)
-        self.format_penalty = format_penalty
-        self.limits = text_env.sandbox_limits(limits, timeout_s)
-        """Sandbox limits; `timeout_s` is the wall clock of one `<python>` action."""
+        super().__init__(
+            max_turns=max_turns, format_penalty=format_penalty, timeout_s=timeout_s, limits=limits
+        )
         self.max_obs_chars = max_obs_chars
         self.python = python or default_python()
         """The interpreter inside the sandbox (the system Python, standard library only)."""
         self.sandbox_backend = sandbox_backend
-        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
-        self._task: Task | None = None
-        self._turns_left = 0
-        self._sandbox: Sandbox | None = None
         self._repl: PythonRepl | None = None
 
     def reset(
@@ -155,7 +147,7 @@ class PythonEnv(gym.Env):
             f"answer inside <answer></answer>, e.g. <answer>42</answer>. Turns left: {self._turns_left}"
         )
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
-        return _clip(_clean(observation), MAX_OBSERVATION_CHARS), info
+        return _clip(_clean(observation), text_env.MAX_OBSERVATION_CHARS), info
 
     @text_env.tag_step(parse_action, GRAMMAR)
     def step(self, action: tuple[str, str]) -> text_env.Step:
@@ -209,11 +201,6 @@ class PythonEnv(gym.Env):
         self._task = None
         self._close_sandbox()
         return text_env.verdict(correct, self._turns_left)
-
-    @property
-    def sandbox(self) -> Sandbox | None:
-        """This episode's sandbox (None until the first `<python>` action starts it)."""
-        return self._sandbox
 
     def _close_sandbox(self) -> None:
         if self._repl is not None:
