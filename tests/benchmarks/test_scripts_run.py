@@ -118,3 +118,17 @@ def test_learning_report_names_each_databases_convention_and_counts_probes(tmp_p
         in out
     ), out
     assert "| bookshop | plural snake_case | yes | 2 | 0.0 | 50.0 | 50.0 ± 0.0 | 0.0 |" in out, out
+
+
+def test_gpu_benchmark_learner_section_runs_fsdp_on_two_cpu_workers(tmp_path):
+    """benchmarks/gpu.py's learner section on the CPU (gloo, 2-layer model): the one-process
+    learner and FSDP2 on 2 workers, through the real learner group on a private Ray cluster;
+    the script exits 1 if FSDP's float32 update is off the one-process one by over 1e-5.
+    (ZeRO-2/3 rows too by hand: `--sections learners --smoke`, ~1.5 min; docs/scaling.md.)"""
+    args = ["--sections", "learners", "--smoke", "--strategies", "torch", "fsdp"]
+    out = _run("benchmarks/gpu.py", *args, home=tmp_path)
+    assert re.search(r"^\| smoke \| torch \| 1 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
+                     r"\| reference \| - \|$", out, re.M), out  # fmt: skip
+    row = re.search(r"^\| smoke \| fsdp \| 2 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
+                    r"\| ([\d.e+-]+) \| 0\.00% \|$", out, re.M)  # fmt: skip
+    assert row and float(row[1]) < 1e-5, out
