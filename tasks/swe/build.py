@@ -20,11 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tasks.swe.source import InstanceSource, RepoSource, apply_edits
+from tasks.swe.source import OWNER, InstanceSource, RepoSource, apply_edits
 from tasks.swe.testrun import directives, parse_log_pytest, passed, run_tests_plain
 
-OWNER = "skyrl-mini"
-"""The owner part of every repo name (`skyrl-mini/<name>`)."""
 TEST_TIMEOUT_S = 120.0
 """Wall-clock limit of one build-time test run."""
 
@@ -278,7 +276,7 @@ def build_instances(suite_dir: Path, sources: list[RepoSource], workers: int = 4
     scratch = Path(tempfile.mkdtemp(prefix=".scratch-", dir=suite_dir))
     jobs: list[tuple[RepoSource, InstanceSource, Path, dict[str, str]]] = []
     for source in sources:
-        repo_dir = repos / f"{OWNER}__{source.name}"
+        repo_dir = repos / source.repo.replace("/", "__")
         hashes = build_repo(source, repo_dir)
         jobs += [(source, inst, repo_dir, hashes) for inst in source.instances]
 

@@ -10,7 +10,7 @@ Every file in an overlay carries an extra `.txt` suffix (`textkit/slug.py.txt` i
 `textkit/slug.py`), so that our own linters, type checker and test collector never mistake a
 mini repository's code for skyrl's.
 
-`meta.toml` holds `repo`, `author`, `email`, a `[[commits]]` list (`dir`, `version`, `date`,
+`meta.toml` holds `author`, `email`, a `[[commits]]` list (`dir`, `version`, `date`,
 `message`) and an `[[instances]]` list (`number`, `base`: the commit dir it starts from,
 `created_at`, `issue`, optional `hints`, and `fix` / `tests` edit lists). An edit names a
 `path` and either `old` + `new` (replace exactly one occurrence), `append` (add text at the
@@ -26,6 +26,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+OWNER = "skyrl-mini"
+"""The owner part of every repo name (`skyrl-mini/<name>`)."""
 REPOS_DIR = Path(__file__).parent / "repos"
 """Where the source folders of the mini repositories live."""
 SUFFIX = ".txt"
@@ -91,10 +93,6 @@ class InstanceSource:
 class RepoSource:
     """A mini repository as written in our tree."""
 
-    name: str
-    """Folder name, also the GitHub-style name (`skyrl-mini/<name>`)."""
-    repo: str
-    """`owner/name` as SWE-bench writes it."""
     author: str
     """Author and committer name of every commit."""
     email: str
@@ -124,6 +122,17 @@ class RepoSource:
             if c.dir == dir:
                 return c
         raise ValueError(f"{self.root / 'meta.toml'}: no commit with dir {dir!r}")
+
+    @property
+    def name(self) -> str:
+        """The folder's name, also the repository's (`skyrl-mini/<name>`)."""
+        return self.root.name
+
+    @property
+    def repo(self) -> str:
+        """`owner/name` as SWE-bench writes it; the built repository's folder is the same
+        with `__` for `/`, which is how the environment finds it."""
+        return f"{OWNER}/{self.name}"
 
 
 def is_test_path(path: str) -> bool:
@@ -165,8 +174,6 @@ def load_repo(root: Path) -> RepoSource:
             )
         )
     source = RepoSource(
-        name=root.name,
-        repo=str(meta["repo"]),
         author=str(meta["author"]),
         email=str(meta["email"]),
         root=root,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from tasks.swe import SUITE_NAME, build_suite, load_instances
 from tasks.swe.build import build_repo
-from tasks.swe.source import Edit, apply_edits, is_test_path, load_all
+from tasks.swe.source import Edit, apply_edits, is_test_path, load_all, load_repo
 from tasks.swe.testrun import directives
 
 COLUMNS = [
@@ -189,3 +190,12 @@ def test_an_ambiguous_edit_is_refused(tmp_path: Path) -> None:
 def test_an_edit_that_is_not_exactly_one_kind_is_refused(fields: dict) -> None:
     with pytest.raises(ValueError, match="edit of m.py needs old\\+new, append or content"):
         Edit(path="m.py", **fields)
+
+
+def test_a_mini_repository_is_named_by_its_folder_alone(tmp_path: Path) -> None:
+    """`repo`, and with it the built repository's folder (`skyrl-mini__<name>`, where the
+    environment looks), follows from the source folder's name: meta.toml does not repeat it,
+    so the two cannot disagree."""
+    shutil.copytree(load_all()[0].root, tmp_path / "renamed")
+    source = load_repo(tmp_path / "renamed")
+    assert (source.name, source.repo) == ("renamed", "skyrl-mini/renamed")
