@@ -34,6 +34,8 @@ import shutil
 import textwrap
 from typing import Any, Literal
 
+import gymnasium as gym
+
 from environments import text_env
 from environments.math import numeric_match
 from environments.python_repl import PythonRepl, ReplReply
@@ -43,6 +45,8 @@ from tasks.task import Task
 
 __all__ = ["ActionError", "PythonEnv", "PythonRepl", "ReplReply", "grade", "parse_action"]
 
+MAX_OBSERVATION_CHARS = 1_000_000
+"""Upper bound of the observation space; step observations are capped by `max_obs_chars`."""
 GRAMMAR = "Use <python>code</python> to run Python or <answer>...</answer> to answer."
 
 TAGS = text_env.Tags("python", "answer")
@@ -98,7 +102,7 @@ def default_python() -> str:
     return shutil.which("python3") or "python3"
 
 
-class PythonEnv(text_env.SandboxEnv):
+class PythonEnv(gym.Env):
     """Work out an answer with a sandboxed Python REPL, then submit it in `<answer>`."""
 
     stop_strings = TAGS.stop_strings
@@ -121,13 +125,18 @@ class PythonEnv(text_env.SandboxEnv):
         clock of one `<python>` action; `limits` bound the sandbox; `max_obs_chars` caps an
         observation; `python` is the interpreter inside the sandbox; `sandbox_backend` picks
         `bwrap` / `fallback` (default: `$SKYRL_SANDBOX_BACKEND`, else bwrap when installed)."""
-        super().__init__(
-            max_turns=max_turns, format_penalty=format_penalty, timeout_s=timeout_s, limits=limits
-        )
+        self.max_turns = text_env.turn_limit(max_turns)
+        self.format_penalty = format_penalty
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
+        """Sandbox limits; `timeout_s` is the wall clock of one `<python>` action."""
         self.max_obs_chars = max_obs_chars
         self.python = python or default_python()
         """The interpreter inside the sandbox (the system Python, standard library only)."""
         self.sandbox_backend = sandbox_backend
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
+        self._task: Task | None = None
+        self._turns_left = 0
+        self._sandbox: Sandbox | None = None
         self._repl: PythonRepl | None = None
 
     def reset(
@@ -147,7 +156,7 @@ class PythonEnv(text_env.SandboxEnv):
             f"answer inside <answer></answer>, e.g. <answer>42</answer>. Turns left: {self._turns_left}"
         )
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
-        return _clip(_clean(observation), text_env.MAX_OBSERVATION_CHARS), info
+        return _clip(_clean(observation), MAX_OBSERVATION_CHARS), info
 
     @text_env.tag_step(parse_action, GRAMMAR)
     def step(self, action: tuple[str, str]) -> text_env.Step:
@@ -201,6 +210,11 @@ class PythonEnv(text_env.SandboxEnv):
         self._task = None
         self._close_sandbox()
         return text_env.verdict(correct, self._turns_left)
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """This episode's sandbox (None until the first `<python>` action starts it)."""
+        return self._sandbox
 
     def _close_sandbox(self) -> None:
         if self._repl is not None:

@@ -38,6 +38,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from environments import harbor, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.container import RUNTIMES, Container, runtime_problem
@@ -45,16 +47,19 @@ from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import load_harbor_task, read_reward, solution_env, verifier_env, verifier_timeout
+from tasks.task import Task
 
 __all__ = ["MAX_ACTION_CHARS", "ActionError", "ShellEnv", "parse_action", "quote_command"]
 
+MAX_OBSERVATION_CHARS = 1_000_000
+"""Upper bound of the observation space (observations are capped far lower by the limits)."""
 OLD_VERIFIER_ENV = {"TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier"}
 """Set for verifiers written for skyrl before it had Harbor's paths (Harbor sets neither)."""
 VERIFIER_DISK_MB = 256
 """Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
 
 
-class ShellEnv(text_env.SandboxEnv):
+class ShellEnv(gym.Env):
     """A Harbor terminal task: run bash commands in a sandbox, then submit for grading."""
 
     stop_strings = TAGS.stop_strings
@@ -74,13 +79,16 @@ class ShellEnv(text_env.SandboxEnv):
         **kwargs: Any,
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
-        folder, replaces the task passed to (or drawn by) `reset`; `format_penalty` is
-        subtracted from the verifier's reward when the episode ends without <submit/>."""
-        super().__init__(
-            max_turns=max_turns, format_penalty=format_penalty, timeout_s=timeout_s, limits=limits
-        )
+        folder, replaces the task passed to (or drawn by) `reset`."""
+        self.max_turns = text_env.turn_limit(max_turns)
+        self.format_penalty = format_penalty
+        """Subtracted from the verifier's reward when the episode ends without <submit/>."""
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
         self.task_dir = Path(task_dir) if task_dir is not None else None
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
+        self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
+        self._task: Task | None = None
         self._layout: harbor.Layout | Container | None = None
         self.backend = text_env.one_of("backend", backend, ("bwrap", *RUNTIMES))
         """`bwrap` (the image's layer in a bubblewrap sandbox) or a container runtime
@@ -88,6 +96,12 @@ class ShellEnv(text_env.SandboxEnv):
         self.reward_key = reward_key
         """The reward.json key that is the training reward; None: `reward` if present, else
         the mean of all keys (the whole dict is kept in `info["rewards"]`)."""
+        self._turns_left = 0
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The current episode's sandbox (None before the first reset and after close)."""
+        return self._sandbox
 
     @property
     def files(self) -> Path | None:
@@ -145,7 +159,7 @@ class ShellEnv(text_env.SandboxEnv):
             f"{text_env.last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
         )
         info = {"turns_left": self._turns_left, "error": None, "task_id": task.id}
-        return observation[: text_env.MAX_OBSERVATION_CHARS], info
+        return observation[:MAX_OBSERVATION_CHARS], info
 
     @text_env.tag_step(parse_action, GRAMMAR)
     def step(self, action: str | None) -> text_env.Step:

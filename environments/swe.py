@@ -30,9 +30,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from environments import text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, open_sandbox, parse_action
-from environments.sandbox import Limits
+from environments.sandbox import Limits, Sandbox
 from environments.swe_harness import _checkout as checkout
 from environments.swe_harness import grade
 from tasks.swe.build import diff_tree
@@ -41,6 +43,7 @@ from tasks.task import Task
 
 __all__ = ["SWEEnv", "instance_task", "load_suite"]
 
+MAX_OBSERVATION_CHARS = 1_000_000
 TEST_OUTPUT_CHARS = 20_000
 """Tail of the test output kept in the final info."""
 INSTRUCTIONS = """\
@@ -88,7 +91,7 @@ def load_suite(split: str | None = None) -> list[Task]:
     return list(_mini_suite())
 
 
-class SWEEnv(text_env.SandboxEnv):
+class SWEEnv(gym.Env):
     """One SWE-bench instance: explore and edit the repository with bash, then submit."""
 
     stop_strings = TAGS.stop_strings
@@ -106,16 +109,20 @@ class SWEEnv(text_env.SandboxEnv):
         **kwargs: Any,
     ) -> None:
         """`repos_dir` holds `<owner>__<name>` repositories (default: swe-bench-mini's);
-        `timeout_s` limits one command, `test_timeout_s` the grading test run;
-        `format_penalty` is subtracted from the reward when the episode ends without <submit/>."""
-        super().__init__(
-            max_turns=max_turns, format_penalty=format_penalty, timeout_s=timeout_s, limits=limits
-        )
+        `timeout_s` limits one command, `test_timeout_s` the grading test run."""
+        self.max_turns = text_env.turn_limit(max_turns)
         self.repos_dir = Path(repos_dir) if repos_dir is not None else None
+        self.limits = text_env.sandbox_limits(limits, timeout_s)
         self.test_timeout_s = test_timeout_s
+        self.format_penalty = format_penalty
+        """Subtracted from the reward when the episode ends without <submit/>."""
+        self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
+        self._sandbox: Sandbox | None = None
         self._bash: Bash | None = None
+        self._task: Task | None = None
         self._instance: dict[str, Any] | None = None
         self._src: Path | None = None
+        self._turns_left = 0
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

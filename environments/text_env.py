@@ -14,9 +14,6 @@ task source, its parser and its reward (as a `verifiers` environment does).
   penalty of an episode that never answered), `episode_over` (a step after the end) and
   `graded` (the end of a `<submit/>` episode).
 - `tag_demonstration`: the reference answer in its tag, for the supervised warm-up.
-- `SandboxEnv`: what the sandboxed built-ins (Python-v0, Shell-v0, SWE-v0) set up alike in
-  `__init__`: the checked turn budget, the format penalty, the sandbox limits with the
-  `timeout_s` knob, the text spaces, and the episode's task, turns left and sandbox.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 import gymnasium as gym
 
-from environments.sandbox import Limits, Sandbox
+from environments.sandbox import Limits
 from environments.spaces import ActionError, TextSpace, action_text
 from tasks.task import Task
 
@@ -38,8 +35,6 @@ Step = tuple[str, float, bool, bool, dict[str, Any]]
 EPISODE_OVER = "the episode is over; call reset() to start a new one"
 MAX_ACTION_CHARS = 100_000
 """Longer actions are rejected unread (an LLM turn is a few thousand tokens at most)."""
-MAX_OBSERVATION_CHARS = 1_000_000
-"""A sandboxed environment's observation space (its observations are capped far lower)."""
 
 
 class Tags:
@@ -243,34 +238,3 @@ def tag_demonstration(tag: str, answer: Any, response_prefix: str = "") -> str |
         return None
     text = f"<{tag}>{answer}</{tag}>"
     return text[len(response_prefix) :] if text.startswith(response_prefix) else None
-
-
-# ---------------------------------------------------------------------------- sandboxed
-
-
-class SandboxEnv(gym.Env):
-    """The set-up the sandboxed built-ins share; each subclass keeps its own public knobs
-    (and their defaults) in its signature, where `env.kwargs` are checked against them."""
-
-    def __init__(
-        self,
-        *,
-        max_turns: int,
-        format_penalty: float,
-        timeout_s: float | None,
-        limits: Limits | None,
-    ) -> None:
-        self.max_turns = turn_limit(max_turns)
-        self.format_penalty = format_penalty
-        """Taken from the reward of an episode that ends without its closing action."""
-        self.limits = sandbox_limits(limits, timeout_s)
-        """Sandbox limits; `timeout_s` is the wall clock of one action."""
-        self.observation_space, self.action_space = text_spaces(MAX_OBSERVATION_CHARS)
-        self._task: Task | None = None
-        self._turns_left = 0
-        self._sandbox: Sandbox | None = None
-
-    @property
-    def sandbox(self) -> Sandbox | None:
-        """The episode's sandbox (None between episodes, and before it is started)."""
-        return self._sandbox

@@ -77,9 +77,10 @@ def test_a_bad_knob_is_refused_in_one_sentence_that_names_it(name, knobs, messag
 
 @pytest.mark.parametrize("name", ["python", "shell", "swe"])
 def test_a_sandboxed_builtin_takes_its_knobs_by_name_and_sets_up_as_the_others(name):
-    """Python-v0, Shell-v0 and SWE-v0 share one set-up (`text_env.SandboxEnv`): the turn
-    budget checked, `timeout_s` folded into the limits once, no sandbox before `reset`. Every
-    knob is keyword-only, so a positional value is refused instead of landing on another knob."""
+    """Python-v0, Shell-v0 and SWE-v0 set up alike (`text_env.turn_limit`, `sandbox_limits`):
+    the turn budget checked, `timeout_s` folded into the limits, no sandbox before `reset`.
+    Every knob is keyword-only, so a positional value is refused instead of landing on
+    another knob."""
     from environments.registry import BUILTINS, load_class
     from environments.sandbox import Limits
 
@@ -87,7 +88,7 @@ def test_a_sandboxed_builtin_takes_its_knobs_by_name_and_sets_up_as_the_others(n
     env = cls(max_turns=3, timeout_s=7, limits=Limits(output_bytes=1234), format_penalty=0.5)
     assert (env.max_turns, env.format_penalty, env._turns_left) == (3, 0.5, 0)
     assert (env.limits.timeout_s, env.limits.output_bytes) == (7.0, 1234)
-    assert env.sandbox is None and env.observation_space.contains("x")
+    assert env._sandbox is None and env.observation_space.contains("x")
     with pytest.raises(ValueError, match="max_turns must be at least 1, got 0"):
         cls(max_turns=0)
     with pytest.raises(TypeError, match="positional"):
