@@ -12,7 +12,13 @@ behind benchmarks/latency_env.py (each environment step sleeps a log-normal dela
 
 Trained samples per second = samples that carried loss (not failed, not dropped for
 staleness; read from the rollouts) / the summed step times of metrics.jsonl (setup and
-evaluation excluded on both sides). The reward curve is reward/mean per step.
+evaluation excluded on both sides). The reward curve is reward/mean per step. An async
+step trains on samples of a policy up to k updates older than sync's at the same step, so
+the reward is also compared by the policy that sampled (the newest version among a
+sample's tokens: the conservative side for async): the reward of the policy after the same
+number of trained samples. `--schedules sync` alone measures sync's seed spread (its
+numbers do not depend on the delay: `--delay 0` is quick). After training, both final
+policies are scored greedily on the `--eval` tasks.
 """
 
 from __future__ import annotations
@@ -60,7 +66,8 @@ trainer:
 async:
   max_staleness: {a.staleness}
 eval:
-  limit: 0
+  limit: {a.eval}
+  before: false
 tracking:
   enabled: false
 """
@@ -74,7 +81,7 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
         cmd = [str(Path(sys.executable).parent / "skyrl"), "train", "--run-name", schedule]
         if a.ray_address:
             cmd += ["--ray-address", a.ray_address]
-        t0 = time.perf_counter()
+        t0, load0 = time.perf_counter(), os.getloadavg()
         proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if proc.returncode:
@@ -84,10 +91,14 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
         lines = lambda p: [json.loads(x) for x in p.read_text().split("\n") if x.strip()]  # noqa: E731
         metrics = lines(run / "metrics.jsonl")
         trained = 0
+        by_version: dict[int, list[float]] = {}  # the newest weights that sampled a sample
         for step in range(1, a.steps + 1):
             for r in lines(run / "rollouts" / f"step-{step:06d}.jsonl"):
                 trained += r["error"] is None and r["response_len"] > 0 and not r.get("dropped")
+                v = max(r["token_versions"], default=step - 1)
+                by_version.setdefault(v, []).append(r["reward"])
         seconds = sum(m["time/step"] for m in metrics)
+        after = run / "eval" / "after.json"
         out = {
             "schedule": schedule,
             "seed": seed,
@@ -96,11 +107,57 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
             "wall_seconds": wall,
             "samples_per_s": trained / seconds,
             "reward": [m["reward/mean"] for m in metrics],
+            "reward_by_version": {
+                v: (sum(x) / len(x), len(x)) for v, x in sorted(by_version.items())
+            },
+            "eval_after": json.loads(after.read_text())["mean_reward"] if after.exists() else None,
+            "load": [load0, os.getloadavg()],
         }
         if schedule == "async":
             mean = lambda k: sum(m[k] for m in metrics) / len(metrics)  # noqa: E731
             out |= {k: mean(k) for k in ("perf/engine_idle", "perf/learner_idle", "staleness/mean")}
+            weighted = [m for m in metrics if "async/behaviour_weight" in m]  # decoupled PPO's
+            out["behaviour_weight"] = [m["async/behaviour_weight"] for m in weighted]
+            out["behaviour_capped"] = [m["async/behaviour_capped"] for m in weighted]
         return out
+
+
+def aligned(runs: dict[str, dict], min_samples: int) -> tuple[list[int], dict[str, float]]:
+    """The last 5 policy versions both schedules sampled at least `min_samples` samples
+    with, and each schedule's mean reward over them: the reward of the policy after the
+    same number of trained samples (32 a version here)."""
+    ok = [
+        set(int(v) for v, (_, n) in r["reward_by_version"].items() if n >= min_samples)
+        for r in runs.values()
+    ]
+    versions = sorted(set.intersection(*ok))[-5:]
+    mean = lambda r: sum(r["reward_by_version"][str(v)][0] for v in versions) / len(versions)  # noqa: E731
+    return versions, {k: mean(r) for k, r in runs.items()}
+
+
+def summary(results: list[dict], a: argparse.Namespace) -> None:
+    mean5 = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    print("\nreward/mean per step, seed by seed:")
+    for seed in a.seeds:
+        runs = {r["schedule"]: r for r in results if r["seed"] == seed}
+        runs = {k: json.loads(json.dumps(r)) for k, r in runs.items()}  # version keys as str
+        for i in range(a.steps):
+            row = " | ".join(f"{r['reward'][i]:.3f}" for r in runs.values())
+            print(f"  seed {seed} step {i + 1:3d} ({' | '.join(runs)}): {row}")
+        for k, r in runs.items():
+            print(
+                f"seed {seed} {k:5s}: {r['samples_per_s']:.2f} samples/s; reward/mean first 5 "
+                f"{mean5(r['reward'][:5]):.3f} -> last 5 {mean5(r['reward'][-5:]):.3f}; "
+                f"greedy eval after {r['eval_after']}; load {r['load']}"
+            )
+        if len(runs) == 2:
+            versions, by = aligned(runs, a.group)
+            print(
+                f"seed {seed}: speed-up "
+                f"{runs['async']['samples_per_s'] / runs['sync']['samples_per_s']:.2f}x; "
+                f"reward of policy versions {versions}: sync {by['sync']:.3f}, "
+                f"async {by['async']:.3f}"
+            )
 
 
 def main() -> None:
@@ -113,13 +170,15 @@ def main() -> None:
     p.add_argument("--group", type=int, default=8, help="samples a task (G)")
     p.add_argument("--staleness", type=int, default=2, help="async.max_staleness")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--schedules", nargs="+", default=["sync", "async"], choices=["sync", "async"])
+    p.add_argument("--eval", type=int, default=16, help="tasks scored greedily after training")
     p.add_argument("--ray-address", default=None, help="join a cluster (default: private)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     a = p.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     results = []
     for seed in a.seeds:
-        for schedule in ("sync", "async"):
+        for schedule in a.schedules:
             r = run_one(a, schedule, seed)
             results.append(r)
             if a.out:  # after every run: a crash later keeps what was measured
@@ -131,17 +190,7 @@ def main() -> None:
                 f"{r['step_seconds']:.1f} s of steps = {r['samples_per_s']:.2f} samples/s",
                 flush=True,
             )
-    print("\nreward/mean per step (sync | async), seed by seed:")
-    for seed in a.seeds:
-        s, y = (next(r for r in results if r["seed"] == seed and r["schedule"] == k)
-                for k in ("sync", "async"))  # fmt: skip
-        for i, (x, z) in enumerate(zip(s["reward"], y["reward"], strict=True)):
-            print(f"  seed {seed} step {i + 1:3d}  {x:.3f} | {z:.3f}")
-        last = lambda r: sum(r["reward"][-5:]) / 5  # noqa: E731
-        print(
-            f"seed {seed}: speed-up {y['samples_per_s'] / s['samples_per_s']:.2f}x; "
-            f"last-5 mean reward sync {last(s):.3f}, async {last(y):.3f}"
-        )
+    summary(results, a)
     if a.out:
         a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "runs": results}))
 

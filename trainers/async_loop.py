@@ -13,7 +13,9 @@ engine in flight: running requests switch to them between two decode steps (the 
 engine, agents/engine_hf.py) and every token records the version that produced it.
 
 Staleness of a sample: the learner's version when it trains on it minus the version of its
-oldest token. Beyond `async.max_staleness` the sample is dropped (no loss; its reward still
+oldest token. Within the bound, a token older weights sampled gets decoupled PPO's weight
+min(p_learner / p_sampled, async.behaviour_cap) (trainers/steps.py, `behaviour_weights`).
+Beyond `async.max_staleness` the sample is dropped (no loss; its reward still
 counts in its group's baseline) or, with `async.stale=reweight`, kept with every token
 weighted by min(p_learner / p_sampled, algorithm.tis_cap) against the log-probs the engine
 actually sampled with (docs/algorithms.md, off-policy correction). With max_staleness 0
@@ -255,7 +257,7 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             bounded = bound(cfg, trajs, stale_N)
             kept = [bounded[i : i + G] for i in range(0, len(bounded), G)]
             t0 = time.perf_counter()
-            learn = train_step(tr, kept)
+            learn = train_step(tr, kept, cfg.async_.behaviour_cap)
             t_train = time.perf_counter() - t0
 
             # 3. push the new weights: live on the engine between two of its decode steps

@@ -243,6 +243,11 @@ class AsyncConfig(_Section):
     rollout_batches: int | None = Field(None, ge=1)
     """Batches sampled ahead of the learner at most (null = max_staleness + 1, which keeps
     every sample within the bound; more gives the engine more work and drops some)."""
+    behaviour_cap: float | None = Field(2.0, gt=0)
+    """Decoupled PPO's behaviour weight: a token that older weights sampled is weighted by
+    min(p_learner / p_sampled, cap), p_learner being the learner's policy before the update
+    (the PPO ratio's own reference); null trains stale tokens as if on-policy. Skipped when
+    algorithm.tis_cap already weights every token so (docs/algorithms.md, off-policy)."""
 
 
 class WarmupConfig(_Section):

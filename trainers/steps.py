@@ -270,13 +270,19 @@ def optimizer_steps(cfg: RunConfig, data: list[Datum]) -> list[list[int]]:
     return mini_batches(micro, a.mini_batch_size) * a.ppo_epochs
 
 
-def freeze(tr: Learning, data: list[Datum], steps: int) -> dict[str, list[torch.Tensor] | None]:
+def freeze(
+    tr: Learning, data: list[Datum], steps: int, need_old: bool = False
+) -> dict[str, list[torch.Tensor] | None]:
     """The numbers fixed for the whole step, at each datum's loss positions: the policy's
     log-probs before the update (`old`; with one optimizer step the old policy *is* the
-    current one, so the pass is skipped), the reference's (`ref`), the critic's values."""
+    current one, so the pass is skipped unless `need_old`), the reference's (`ref`), the
+    critic's values."""
     a, c = tr.cfg.algorithm, tr.clients
     need_old = (
-        steps > 1 or tis_cap(tr.cfg) is not None or (a.kl_in_reward and c.reference is not None)
+        need_old
+        or steps > 1
+        or tis_cap(tr.cfg) is not None
+        or (a.kl_in_reward and c.reference is not None)
     )
     old = c.policy.forward(data).result() if need_old else None
     values = c.critic.forward(data, "value").result() if c.critic else None
@@ -467,14 +473,64 @@ def update_metrics(
     return out
 
 
-def train_step(tr: Learning, kept: list[list[Trajectory]]) -> dict[str, float]:
-    """The kept groups in, the policy (and critic) updated, the learner's metrics out."""
+def stale_tokens(
+    tr: Learning, kept: list[list[Trajectory]], trained: list[tuple[int, int]], data: list[Datum]
+) -> list[torch.Tensor]:
+    """Per datum, at its loss positions: True where weights older than the learner's
+    sampled the token (the async schedule's in-flight and ahead-of-time samples)."""
+    out = []
+    for (k, g), d in zip(trained, data, strict=True):
+        versions = kept[k][g].token_versions
+        if len(versions) != d.n_loss:  # an engine that records no per-token versions
+            versions = [tr.version] * d.n_loss
+        out.append(torch.tensor([v < tr.version for v in versions], dtype=torch.bool))
+    return out
+
+
+def behaviour_weights(
+    adv: list[torch.Tensor],
+    stale: list[torch.Tensor],
+    old: list[torch.Tensor],
+    data: list[Datum],
+    cap: float,
+) -> tuple[list[torch.Tensor], dict[str, float]]:
+    """Decoupled PPO (Hilton et al. 2022; AReaL): each stale token's advantage times
+    w = min(pi_old / mu, cap), pi_old the learner's policy before the update, mu the sampling
+    log-prob. The clipped surrogate is positively homogeneous in A, so this is the weight on
+    the token's loss while the PPO ratio and clip stay against pi_old; fresh tokens keep w = 1."""
+    out, weights = [], []
+    for a_T, s_T, o_T, d in zip(adv, stale, old, data, strict=True):
+        mu_T = torch.tensor(d.at_loss("sampler_logprobs"), dtype=o_T.dtype)
+        w_T = torch.where(s_T, torch.exp(o_T - mu_T).clamp(max=cap), torch.ones_like(o_T))
+        out.append(a_T * w_T.to(a_T.dtype))
+        weights.append(w_T[s_T])
+    w_N = torch.cat(weights)
+    return out, {
+        "async/behaviour_weight": float(w_N.mean()),
+        "async/behaviour_capped": float((w_N >= cap).float().mean()),
+        "async/stale_tokens": float(w_N.numel()),
+    }
+
+
+def train_step(
+    tr: Learning, kept: list[list[Trajectory]], behaviour_cap: float | None = None
+) -> dict[str, float]:
+    """The kept groups in, the policy (and critic) updated, the learner's metrics out. With
+    `behaviour_cap` (the async schedule), tokens sampled by older weights get decoupled
+    PPO's behaviour weight, unless `tis_cap` already weights every token."""
     data, trained = build_data(tr.cfg, kept)
     if not data:
         return {}
-    frozen = freeze(tr, data, len(optimizer_steps(tr.cfg, data)))
+    stale = None
+    if behaviour_cap is not None and tis_cap(tr.cfg) is None:
+        stale = stale_tokens(tr, kept, trained, data)
+        stale = stale if any(bool(s_T.any()) for s_T in stale) else None
+    frozen = freeze(tr, data, len(optimizer_steps(tr.cfg, data)), stale is not None)
     adv, returns = compute_advantages(tr, kept, trained, data, frozen)
-    return update(tr, data, frozen, adv, returns)
+    extra: dict[str, float] = {}
+    if stale is not None and behaviour_cap is not None:
+        adv, extra = behaviour_weights(adv, stale, frozen["old"], data, behaviour_cap)  # type: ignore[arg-type]
+    return update(tr, data, frozen, adv, returns) | extra
 
 
 # -------------------------------------------------------------------- checkpoint

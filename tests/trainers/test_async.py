@@ -2,8 +2,9 @@
 model against the session's real Ray cluster.
 
 One module-scoped run carries most checks (CI time): the toy digits task behind a slow,
-three-turn environment (benchmarks/latency_env.py, 1 s median a step, so a batch's
-episodes outlast a learner step and new weights arrive while they run) on
+three-turn environment (benchmarks/latency_env.py, 0.5 s median a step, so a batch's
+three turns outlast a learner step and new weights arrive while they run; enough env
+workers for the 3 batches in flight, so none queues behind another) on
 `trainer.schedule=async` with the default bound (max_staleness 2), killed with SIGKILL
 after step 5 and resumed. On it: the reward rises, new weights reach episodes mid-way (one
 episode, two versions), no sample is older than the bound, the metrics are written, and
@@ -34,14 +35,14 @@ env:
   name: slow_digits
   tasks: tasks.jsonl
   max_turns: 3
-  kwargs: {{turns: 3, delay_s: 1.0}}
+  kwargs: {{turns: 3, delay_s: 0.5}}
 model:
   name: tiny
 rollout:
   batch_size: {P}
   group_size: {G}
   max_new_tokens: 12
-  env_workers: 32
+  env_workers: {3 * P * G}
 optim:
   lr: 0.003
 trainer:
@@ -127,6 +128,11 @@ def test_staleness_bound_and_metrics(killed_and_resumed):
             assert 0.0 <= m[key] <= 1.0, (key, m[key])
         assert m["async/buffer_depth"] >= 0 and m["perf/trained_samples_per_s"] > 0
         assert "perf/episodes_per_s" in m
+        # decoupled PPO's weight on tokens older weights sampled (none at staleness 0)
+        if m["staleness/max"] > 0:
+            assert m["async/stale_tokens"] > 0 and 0 < m["async/behaviour_weight"] <= 2.0
+        else:
+            assert "async/behaviour_weight" not in m
     staleness = [r["staleness"] for s in range(1, STEPS + 1)
                  for r in _lines(run / "rollouts" / f"step-{s:06d}.jsonl")]  # fmt: skip
     assert max(staleness) <= 2 and max(staleness) >= 1  # it did run ahead of the learner
@@ -175,6 +181,29 @@ def test_checkpointed_buffer_round_trips():
     t.versions, t.token_versions, t.reward = [3], [3], 1.0
     state = json.loads(json.dumps({"async_buffer": {"5": [asdict(t)]}}))
     assert restore_buffer(state) == {5: [t]}
+
+
+def test_behaviour_weights_are_decoupled_ppos_by_hand():
+    """Stale tokens: advantage times min(exp(old - sampled), cap); fresh tokens: unchanged
+    (their weight would be ~1 but is exactly 1, so max_staleness=0 stays sync's numbers)."""
+    import math
+
+    import torch
+
+    from trainers.client import Datum
+    from trainers.steps import behaviour_weights
+
+    # prompt token, then 3 model tokens: the first two sampled by an older version
+    d = Datum.from_sequence([5, 6, 7, 8], [0, 1, 1, 1], 1, sampler_logprobs=[0, -1.0, -2.0, -0.5])
+    adv_T = torch.tensor([0.5, -0.5, 2.0])
+    old_T = torch.tensor([-0.7, -0.2, -3.0])  # the learner's before the update
+    stale_T = torch.tensor([True, True, False])
+    (got_T,), m = behaviour_weights([adv_T], [stale_T], [old_T], [d], cap=2.0)
+    w0, w1 = math.exp(-0.7 + 1.0), min(math.exp(-0.2 + 2.0), 2.0)
+    assert torch.allclose(got_T, torch.tensor([0.5 * w0, -0.5 * w1, 2.0]))
+    assert got_T[2].item() == 2.0
+    assert m["async/stale_tokens"] == 2 and m["async/behaviour_capped"] == 0.5
+    assert math.isclose(m["async/behaviour_weight"], (w0 + w1) / 2, rel_tol=1e-6)
 
 
 def test_max_staleness_zero_is_the_sync_schedule(tmp_path, ray_address):
