@@ -115,6 +115,7 @@ def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
     cmd += ["--env", args.env] if args.env else []
     cmd += ["--config", args.config] if args.config else []
     cmd += ["--model", args.model] if args.model else []
+    cmd += ["--ray-address", args.ray_address] if args.ray_address else []
     cmd += ["--set", f"eval.limit={ALL_TASKS}"]
     cmd += ["--set", "eval.before=false"] if args.no_before else []
     cmd += ["--set", f"eval.every={args.eval_every}"] if args.eval_every else []
@@ -279,6 +280,7 @@ def main() -> None:
     p.add_argument("--config", default=None, help="a recipe or YAML file")
     p.add_argument("--model", default=None)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: private)")
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--set", action="append", default=[], help="a config override, repeatable")
     p.add_argument("--eval-every", type=int, default=0, help="also score dev every N steps")

@@ -5,6 +5,7 @@ renamed; this runs each on the smallest work it accepts and checks its table."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,11 +16,12 @@ from agents.trajectory import Trajectory, Turn
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str, home: Path) -> str:
+def _run(*args: str, home: Path, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
-        env={"HOME": str(home), "PATH": "/usr/bin:/bin", "MLFLOW_DISABLE_TELEMETRY": "true"},
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin", "MLFLOW_DISABLE_TELEMETRY": "true"}
+        | (env or {}),
         capture_output=True,
         text=True,
         timeout=300,
@@ -40,12 +42,17 @@ def test_env_step_benchmark_prints_a_median_per_environment(tmp_path):
     assert re.search(r"^sql\s+5\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+$", out, re.M), out
 
 
-def test_learning_harness_reports_each_seed_and_the_mean_delta_from_real_runs(tmp_path):
-    """Two real 1-step runs: the table's rows come from each run's own eval reports."""
+def test_learning_harness_reports_each_seed_and_the_mean_delta_from_real_runs(
+    tmp_path, ray_address
+):
+    """Two real 1-step runs (on the session's Ray cluster, as `--ray-address` lets a user
+    run the seeds on theirs): the table's rows come from each run's own eval reports."""
     runs, png = tmp_path / "runs", tmp_path / "curve.png"
     args = ["--env", "math", "--model", "tiny", "--seeds", "2", "--runs-dir", str(runs)]
     args += ["--set", "trainer.max_steps=1", "--set", "eval.limit=2", "--png", str(png), "--quiet"]
-    out = _run("benchmarks/learning.py", *args, home=tmp_path)
+    args += ["--ray-address", ray_address]
+    auth = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+    out = _run("benchmarks/learning.py", *args, home=tmp_path, env=auth)
     rows = {}
     for run in (r for r in runs.iterdir() if not r.name.startswith(".")):
         seed = json.loads((run / "learning-seed.json").read_text())["seed"]
