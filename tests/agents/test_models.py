@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import fcntl
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -196,3 +198,27 @@ def test_smollm2_converts_from_its_gguf_and_answers_in_english() -> None:
     reply = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     assert len(re.findall(r"\b[A-Za-z]{2,}\b", reply)) >= 3, reply
     assert "Paris" in reply, reply
+
+
+def test_loading_a_model_does_not_import_scikit_learn(tiny: Path) -> None:
+    """transformers imports scikit-learn and scipy.stats with its decoding code for assisted
+    decoding's confidence threshold, which skyrl never uses: 2.8 s of every process that
+    loads a tokenizer or a model (agents/hf_imports.py). A fresh process that imports the
+    trainer as the driver does loads a tokenizer and a model and samples without them;
+    scikit-learn stays importable for whoever wants it."""
+    code = (
+        "import sys, torch\n"
+        "import trainers.sync\n"
+        "from transformers import AutoTokenizer\n"
+        "from agents.weights import from_pretrained\n"
+        f"tok = AutoTokenizer.from_pretrained({str(tiny)!r})\n"
+        f"model = from_pretrained({str(tiny)!r}, torch.float32)\n"
+        "out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=True)\n"
+        "assert out.shape == (1, 6), out.shape\n"
+        "print(sorted(m for m in ('sklearn', 'scipy.stats') if m in sys.modules))\n"
+        "import sklearn.metrics\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr
