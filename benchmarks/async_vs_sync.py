@@ -18,7 +18,9 @@ the reward is also compared by the policy that sampled (the newest version among
 sample's tokens: the conservative side for async): the reward of the policy after the same
 number of trained samples. `--schedules sync` alone measures sync's seed spread (its
 numbers do not depend on the delay: `--delay 0` is quick). After training, both final
-policies are scored greedily on the `--eval` tasks.
+policies are scored greedily on the `--eval` tasks, and by their mean reward over
+`--eval-samples` samples a task at the training temperature (no delay): greedy decoding of
+the toy task saturates, the sampled reward does not.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
                 by_version.setdefault(v, []).append(r["reward"])
         seconds = sum(m["time/step"] for m in metrics)
         after = run / "eval" / "after.json"
+        sampled = sampled_reward(a, folder, run) if a.eval_samples else None
         out = {
             "schedule": schedule,
             "seed": seed,
@@ -111,6 +114,7 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
                 v: (sum(x) / len(x), len(x)) for v, x in sorted(by_version.items())
             },
             "eval_after": json.loads(after.read_text())["mean_reward"] if after.exists() else None,
+            "eval_sampled": sampled,
             "load": [load0, os.getloadavg()],
         }
         if schedule == "async":
@@ -120,6 +124,20 @@ def run_one(a: argparse.Namespace, schedule: str, seed: int) -> dict:
             out["behaviour_weight"] = [m["async/behaviour_weight"] for m in weighted]
             out["behaviour_capped"] = [m["async/behaviour_capped"] for m in weighted]
         return out
+
+
+def sampled_reward(a: argparse.Namespace, folder: Path, run: Path) -> float:
+    """The final policy's mean reward over `--eval-samples` samples of each of the `--eval`
+    tasks at the training temperature (1.0), environment delay off: what the policy after
+    the same number of trained samples earns, with no staleness in it on either side."""
+    out = folder / "sampled-eval"
+    cmd = [str(Path(sys.executable).parent / "skyrl"), "eval", "--model", str(run)]
+    cmd += ["--n-samples", str(a.eval_samples), "--temperature", "1.0", "--limit", str(a.eval)]
+    cmd += ["--set", "env.kwargs.delay_s=0", "--output", str(out)]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"sampled eval of {run.name} failed:\n{proc.stdout}\n{proc.stderr}")
+    return float(json.loads((out / "report.json").read_text())["mean_reward"])
 
 
 def aligned(runs: dict[str, dict], min_samples: int) -> tuple[list[int], dict[str, float]]:
@@ -148,7 +166,8 @@ def summary(results: list[dict], a: argparse.Namespace) -> None:
             print(
                 f"seed {seed} {k:5s}: {r['samples_per_s']:.2f} samples/s; reward/mean first 5 "
                 f"{mean5(r['reward'][:5]):.3f} -> last 5 {mean5(r['reward'][-5:]):.3f}; "
-                f"greedy eval after {r['eval_after']}; load {r['load']}"
+                f"greedy eval after {r['eval_after']}; sampled eval after {r['eval_sampled']}; "
+                f"load {r['load']}"
             )
         if len(runs) == 2:
             versions, by = aligned(runs, a.group)
@@ -172,6 +191,12 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--schedules", nargs="+", default=["sync", "async"], choices=["sync", "async"])
     p.add_argument("--eval", type=int, default=16, help="tasks scored greedily after training")
+    p.add_argument(
+        "--eval-samples",
+        type=int,
+        default=32,
+        help="samples a task of the final policy's sampled eval (0: skip it)",
+    )
     p.add_argument("--ray-address", default=None, help="join a cluster (default: private)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     a = p.parse_args()
