@@ -53,9 +53,8 @@ SLOWEST_FIRST = [
     "trainers/test_distributed_nodes.py",
 ]
 """Test files of a minute or more (CI's --durations), run first. `make pytest` hands files
-to two workers in collection order (`--no-loadscope-reorder`; xdist's default order, most
-tests first, sent these few-test files last), so a slow file near the end kept one worker
-busy while the other had nothing left; longest first, the last files are short ones."""
+to two workers in collection order, so a slow file collected last kept one worker busy
+while the other had nothing left; longest first, the last files are short ones."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
