@@ -35,40 +35,6 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SLOWEST_FIRST = [
-    "trainers/test_async.py",
-    "trainers/test_distributed_train.py",
-    "e2e/test_train_cli.py",
-    "e2e/test_algorithms_cli.py",
-    "trainers/test_refactor_pin.py",
-    "trainers/test_lora.py",
-    "trainers/test_distributed_learners.py",
-    "benchmarks/test_scripts_run.py",
-    "e2e/test_run_integrity.py",
-    "e2e/test_run_health.py",
-    "environments/test_sql_drivers_cli.py",
-    "e2e/test_eval_cli.py",
-    "e2e/test_learning.py",
-    "e2e/test_progress_cli.py",
-    "trainers/test_distributed_nodes.py",
-]
-"""Test files of a minute or more (CI's --durations), run first. `make pytest` hands files
-to two workers in collection order, so a slow file collected last kept one worker busy
-while the other had nothing left; longest first, the last files are short ones."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the files slowest first (SLOWEST_FIRST), the rest as collected; tests within a
-    file keep their order."""
-    tests = Path(__file__).parent
-    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
-
-    def key(item: pytest.Item) -> int:
-        rel = item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else ""
-        return rank.get(rel, len(rank))
-
-    items.sort(key=key)  # stable: the rest keep their collected order
-
 
 def _free_port() -> int:
     with socket.socket() as s:
