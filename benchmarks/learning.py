@@ -212,7 +212,33 @@ def table(seeds: list[Seed]) -> str:
                 f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
                 f" | {f'{statistics.mean(known):.1f}' if known else '-'} |"
             )
+    for key in sorted(set().union(*(s.final.get("breakdown", {}) for s in seeds)) - {"database"}):
+        rows += breakdown_table(seeds, key, start)
     return "\n".join(rows)
+
+
+def breakdown_table(seeds: list[Seed], key: str, start: str) -> list[str]:
+    """The RL delta per value of a task attribute the environment reports accuracy by
+    (`report_by`, such as math's `difficulty`): warm-up and final % (mean over seeds)."""
+    values = sorted(set().union(*(s.final.get("breakdown", {}).get(key, {}) for s in seeds)))
+    rows = [
+        "",
+        f"| {key} | tasks | {start} % (mean) | final % (mean) | RL delta (mean ± std) |",
+        "|---|---|---|---|---|",
+    ]
+    for v in values:
+        a = [100 * _pass1(s.start, key, v) for s in seeds]
+        b = [100 * _pass1(s.final, key, v) for s in seeds]
+        d = [y - x for x, y in zip(a, b, strict=True)]
+        tasks = seeds[0].final.get("breakdown", {}).get(key, {}).get(v, {}).get("tasks", "-")
+        rows.append(
+            f"| {v} | {tasks} | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)} |"
+        )
+    return rows
+
+
+def _pass1(report: dict, key: str, value: str) -> float:
+    return report.get("breakdown", {}).get(key, {}).get(value, {}).get("pass@1", 0.0)
 
 
 def _pct(x: tuple[float | None, int]) -> str:

@@ -78,6 +78,33 @@ def _episode(task_id: str, said: list[str], correct: bool) -> dict:
     return traj.to_record(0)
 
 
+def test_learning_report_breaks_the_delta_down_by_what_the_environment_reports(tmp_path):
+    """`--report` over two finished math runs: a row per difficulty (the math environment's
+    `report_by`) with its task count, warm-up and final accuracy and the delta's spread."""
+    for seed, final in ((0, {"1": 0.5, "2": 0.0}), (1, {"1": 1.0, "2": 0.25})):
+        ev = tmp_path / "runs" / f"math-{seed}" / "eval"
+        ev.mkdir(parents=True)
+        for name, acc in (("warmup", {"1": 0.5, "2": 0.0}), ("after", final)):
+            breakdown = {"difficulty": {d: {"tasks": 4, "pass@1": a} for d, a in acc.items()}}
+            report = {"n": 8, "accuracy": sum(acc.values()) / 2, "breakdown": breakdown}
+            (ev / f"{name}.json").write_text(json.dumps({**report, "name": name}))
+        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+    out = _run(
+        "benchmarks/learning.py",
+        "--report",
+        str(tmp_path / "runs"),
+        "--png",
+        str(tmp_path / "curve.png"),
+        home=tmp_path,
+    )
+    assert (
+        "| difficulty | tasks | warmup % (mean) | final % (mean) | RL delta (mean ± std) |" in out
+    )
+    assert "| 1 | 4 | 50.0 | 75.0 | 25.0 ± 35.4 |" in out, out
+    assert "| 2 | 4 | 0.0 | 12.5 | 12.5 ± 17.7 |" in out, out
+
+
 def test_learning_report_names_each_databases_convention_and_counts_probes(tmp_path):
     """`--report` over two finished SQL runs: the per-database rows carry the convention and
     whether train shows it, and the probe table comes from the eval trajectories."""
