@@ -43,6 +43,7 @@ class Probes:
     probed: int = 0
     probed_correct: int = 0
     plain_correct: int = 0
+    sql_tagged: int = 0  # episodes that wrote a <sql> or <solution> tag: an SQL environment's
     episodes: list[tuple[str, bool]] = field(default_factory=list)  # (task id, probed)
 
     @property
@@ -71,6 +72,7 @@ def probes(path: Path) -> Probes:
         p.probed += probed
         p.probed_correct += probed and correct
         p.plain_correct += (not probed) and correct
+        p.sql_tagged += probed or "<solution>" in said
         p.episodes.append((rec["task_id"], probed))
     return p
 
@@ -248,7 +250,7 @@ def _pct(x: tuple[float | None, int]) -> str:
 def probe_table(seeds: list[Seed], start: str) -> list[str]:
     """Per seed: the share of eval episodes with a `<sql>` probe before the answer, and the
     final accuracy of the episodes with and without one (their count in brackets)."""
-    if not any(s.final_probes.n for s in seeds):
+    if not any(s.final_probes.sql_tagged for s in seeds):  # not SQL (math, search): no probes
         return []
     rows = [
         "",

@@ -88,6 +88,8 @@ def test_learning_report_breaks_the_delta_down_by_what_the_environment_reports(t
             breakdown = {"difficulty": {d: {"tasks": 4, "pass@1": a} for d, a in acc.items()}}
             report = {"n": 8, "accuracy": sum(acc.values()) / 2, "breakdown": breakdown}
             (ev / f"{name}.json").write_text(json.dumps({**report, "name": name}))
+            answer = _episode(f"math-dev-{seed:05d}", ["<answer>4</answer>"], name == "after")
+            (ev / f"{name}.jsonl").write_text(json.dumps(answer) + "\n")
         (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
         (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
     out = _run(
@@ -103,6 +105,7 @@ def test_learning_report_breaks_the_delta_down_by_what_the_environment_reports(t
     )
     assert "| 1 | 4 | 50.0 | 75.0 | 25.0 ± 35.4 |" in out, out
     assert "| 2 | 4 | 0.0 | 12.5 | 12.5 ± 17.7 |" in out, out
+    assert "probes" not in out, out  # an SQL measure: math episodes have no <sql> to count
 
 
 def test_learning_report_names_each_databases_convention_and_counts_probes(tmp_path):
