@@ -229,18 +229,19 @@ def breakdown_table(seeds: list[Seed], key: str, start: str) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for v in values:
-        a = [100 * _pass1(s.start, key, v) for s in seeds]
-        b = [100 * _pass1(s.final, key, v) for s in seeds]
+        a = [100 * _cell(s.start, key, v).get("pass@1", 0.0) for s in seeds]
+        b = [100 * _cell(s.final, key, v).get("pass@1", 0.0) for s in seeds]
         d = [y - x for x, y in zip(a, b, strict=True)]
-        tasks = seeds[0].final.get("breakdown", {}).get(key, {}).get(v, {}).get("tasks", "-")
+        tasks = _cell(seeds[0].final, key, v).get("tasks", "-")
         rows.append(
             f"| {v} | {tasks} | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)} |"
         )
     return rows
 
 
-def _pass1(report: dict, key: str, value: str) -> float:
-    return report.get("breakdown", {}).get(key, {}).get(value, {}).get("pass@1", 0.0)
+def _cell(report: dict, key: str, value: str) -> dict:
+    """An eval report's `breakdown[key][value]` ({"tasks": N, "pass@1": x}), {} if absent."""
+    return report.get("breakdown", {}).get(key, {}).get(value, {})
 
 
 def _pct(x: tuple[float | None, int]) -> str:
