@@ -129,17 +129,47 @@ def demonstration(
     make_env: Callable[[], gym.Env], chat: ChatFormat, task: Task, seed: int
 ) -> tuple[list[int], list[int], int] | None:
     """A supervised example for `task`: (token ids, loss mask, prompt length), laid out
-    exactly as an episode's first turn would be (the same prompt and response prefix), with
-    the environment's reference answer as the model's tokens (mask 1). None when the
-    environment cannot write one (it has no `demonstration`, or returns None)."""
+    exactly as an episode would be (the same prompt and response prefix), with the
+    environment's reference answer as the model's tokens (mask 1). None when the
+    environment cannot write one (it has no `demonstration`, or returns None).
+
+    A demonstration may be several turns (a list of actions, such as a search and then the
+    answer): they are replayed through the environment, so the observations between them
+    are its own (mask 0), exactly as a sampled episode would hold them. A replay that ends
+    before its last action, or whose last action does not end the episode with a positive
+    reward, is no demonstration (None)."""
     e = _start(make_env, chat, task, 0, seed)
     try:
         write = Extras.of(e.env).demonstration if e.env is not None else None
-        if e.done or write is None or (text := write(task)) is None:
+        if e.done or write is None or (written := write(task)) is None:
             return None
-        _add_prefix(chat, e)
-        ids = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return e.traj.token_ids + ids, e.traj.loss_mask + [1] * len(ids), e.traj.prompt_len
+        replay = not isinstance(written, str)  # a list of turns; a string is one answer
+        actions = list(written) if replay else [written]
+        if not actions:
+            return None
+        ids, mask = list(e.traj.token_ids), list(e.traj.loss_mask)
+        prefix = Extras.of(e.env).response_prefix
+        prefix_ids = chat.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+        for i, action in enumerate(actions):
+            ids += prefix_ids
+            mask += [0] * len(prefix_ids)
+            action_ids = chat.tokenizer(action, add_special_tokens=False)["input_ids"]
+            ids += action_ids
+            mask += [1] * len(action_ids)
+            if not replay:
+                break
+            try:
+                obs, reward, terminated, truncated, _ = e.env.step(prefix + action)
+            except Exception:  # noqa: BLE001 - as in an episode: this example fails, not the run
+                return None
+            last = i == len(actions) - 1
+            if (terminated or truncated) != last or (last and float(reward) <= 0):
+                return None
+            if not last:
+                obs_ids = chat.observation_ids(obs, model_ended_turn=False)
+                ids += obs_ids
+                mask += [0] * len(obs_ids)
+        return ids, mask, e.traj.prompt_len
     finally:
         if e.env is not None:
             with contextlib.suppress(Exception):

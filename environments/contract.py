@@ -8,7 +8,7 @@ only, and an environment that declares none gets the defaults below.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import gymnasium as gym
@@ -44,9 +44,13 @@ class Extras:
     """One line describing the action tags, shown by `skyrl envs`."""
     report_by: tuple[str, ...] = ()
     """Task metadata keys evaluation reports break accuracy down by."""
-    demonstration: Callable[[Task], str | None] | None = None
+    demonstration: Callable[[Task], str | Sequence[str] | None] | None = None
     """`demonstration(task)`: what a model turn that answers `task` correctly writes (after
-    `response_prefix`), for the supervised warm-up; None when it cannot write one."""
+    `response_prefix`), for the supervised warm-up; None when it cannot write one. A list
+    of such turns is a multi-turn demonstration (say, a search, then the answer): the
+    warm-up replays it through the environment after `reset` on the task, so the
+    observations between the turns are the environment's own, and keeps it only when the
+    last turn ends the episode with a positive reward."""
 
     @classmethod
     def of(cls, env: Any) -> Extras:

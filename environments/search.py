@@ -321,6 +321,37 @@ class SearchEnv(gym.Env):
             raise SearchError("no index is open; call reset() first")
         return search_index(self._conn, query, self.top_k)
 
+    def demonstration(self, task: Task) -> list[str] | None:
+        """A search for each gold passage in turn, by its title (the entity the question or
+        the passage before names), then the first accepted answer: what a model that
+        searches well writes, for the supervised warm-up (`warmup.sft_steps`). None unless
+        every search shows its gold passage and the last one shows the answer within the
+        cut passages, so the demonstration never teaches a guess. Needs the local index
+        (called after `reset` on `task`) and `metadata.gold_passages`; one search per turn
+        with a turn left for the answer."""
+        gold = task.metadata.get("gold_passages")
+        if self._conn is None or not isinstance(gold, list) or not gold:
+            return None
+        if len(gold) >= self.max_turns or not all(isinstance(pid, str) for pid in gold):
+            return None
+        answer = _answers(task)[0]
+        actions, shown = [], ""
+        for pid in gold:
+            row = self._conn.execute("SELECT title FROM passages WHERE pid = ?", (pid,)).fetchone()
+            if row is None:
+                return None
+            try:
+                hits = self.search(row[0])
+            except SearchError:
+                return None
+            if pid not in {hit.pid for hit in hits}:
+                return None
+            actions.append(f"<search>{row[0]}</search>")
+            shown = format_hits(hits, self.max_passage_chars)
+        if normalize_answer(answer) not in normalize_answer(shown):
+            return None
+        return [*actions, f"<answer>{answer}</answer>"]
+
     def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""
         if self._turns_left > 0:

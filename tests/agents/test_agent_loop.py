@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import gymnasium as gym
 import pytest
 
-from agents.agent_loop import Budget, episode_seed, run_episodes
+from agents.agent_loop import Budget, demonstration, episode_seed, run_episodes
 from agents.chat import ChatFormat
 from agents.engine import GenRequest, GenResult
 from agents.engine_hf import HFEngine
@@ -178,3 +178,42 @@ def test_response_prefix_is_environment_text_before_each_model_turn():
     assert t.loss_mask[start + len(prefix_ids) :] == [1] * (
         len(t.token_ids) - start - len(prefix_ids)
     )
+
+
+def test_a_multi_turn_demonstration_is_replayed_with_the_environments_observations():
+    """The warm-up's example for a list of actions: the actions are the model's tokens
+    (mask 1), the observations between them the environment's own (mask 0), laid out as
+    `run_episodes` lays out a sampled episode; a replay that ends early is no example."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny", quiet=True))
+    chat = ChatFormat(tok)
+
+    class Demonstrating(EchoEnv):
+        response_prefix = "<a>"
+
+        def demonstration(self, task):
+            return ["1</a>", "2</a>", "3</a>"]
+
+    task = Task(id="d", env="echo", prompt="count")
+    ids, mask, prompt_len = demonstration(Demonstrating, chat, task, 5)
+    want = chat.prompt_ids([{"role": "user", "content": "count"}])
+    assert prompt_len == len(want) and ids[:prompt_len] == want
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for n in (1, 2):
+        want += enc("<a>") + enc(f"{n}</a>")
+        want += chat.observation_ids(f"observation {n}", model_ended_turn=False)
+    want += enc("<a>") + enc("3</a>")
+    assert ids == want
+    trained = [t for t, m in zip(ids, mask, strict=True) if m]
+    assert trained == enc("1</a>") + enc("2</a>") + enc("3</a>")
+    # two turns in a three-action demonstration: the episode ends before its last action
+    assert demonstration(lambda: Demonstrating(max_turns=2), chat, task, 5) is None
+    assert demonstration(lambda: Demonstrating(crash_on=2), chat, task, 5) is None
+
+    class Unrewarded(Demonstrating):
+        def step(self, action):
+            obs, _, *rest = super().step(action)
+            return (obs, 0.0, *rest)
+
+    assert demonstration(Unrewarded, chat, task, 5) is None

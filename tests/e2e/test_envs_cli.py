@@ -35,16 +35,23 @@ def test_envs_lists_builtins_and_project_plugins(tmp_path):
 
 @pytest.mark.parametrize("env", ["search", "python", "shell"])
 def test_builtin_trains_two_steps_with_tiny(tmp_path, ray_address, env):
-    # sql and math are trained by test_train_cli.py and test_algorithms_cli.py
-    skyrl(
+    # sql and math are trained by test_train_cli.py and test_algorithms_cli.py; search
+    # also warms up on its multi-turn demonstrations (search, then answer)
+    warmup = ("--set", "warmup.sft_steps=2", "--set", "warmup.batch_size=2")
+    done = skyrl(
         "train",
         *("--env", env, "--model", "tiny", "--max-steps", "2", "--run-name", env),
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
         *("--set", "rollout.max_new_tokens=16", "--set", "env.max_turns=2"),
         *("--set", "eval.limit=0", "--ray-address", ray_address),
+        *(warmup if env == "search" else ()),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob(f"{env}-*")
+    if env == "search":  # two turns hold one search and the answer: the 312 one-hop questions
+        assert "warm-up: 2 supervised steps of 2 on 312 reference answers" in done.stderr
+        losses = (run / "warmup" / "metrics.jsonl").read_text().splitlines()
+        assert len(losses) == 2, losses
     metrics = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["episodes"] == 4 and m["episodes/failed"] == 0 for m in metrics), metrics

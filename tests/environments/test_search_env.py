@@ -156,6 +156,44 @@ def test_two_hop_episode_solved_by_scripted_actions():
     assert info == {"turns_left": 1, "error": None, "correct": True, "em": 1.0, "f1": 1.0}
 
 
+def test_demonstration_searches_each_gold_passage_by_title_then_answers():
+    """Every dev task gets one, one search per hop, and replayed it earns full reward; a
+    demonstration that could only guess (the answer cut from the passages, too few turns,
+    a gold passage the index does not hold) is None."""
+    env = SearchEnv()
+    for t in search_suite.load_suite("dev"):
+        env.reset(options={"task": t})
+        actions = env.demonstration(t)
+        assert actions is not None and len(actions) == t.metadata["hops"] + 1, t.id
+        assert all(a.startswith("<search>") for a in actions[:-1])
+        assert actions[-1] == f"<answer>{t.answer[0]}</answer>"
+        env.reset(options={"task": t})
+        for i, action in enumerate(actions):
+            obs, reward, terminated, truncated, _ = env.step(action)
+            assert (terminated, truncated) == (i == len(actions) - 1, False)
+            if i == len(actions) - 2:
+                assert t.answer[0] in obs  # the last search shows the answer
+        assert reward == 1.0
+    t = by_template("founder_birth_country")
+    company = t.prompt.removeprefix("In which country is the city where the founder of ")
+    env.reset(options={"task": t})
+    first = env.demonstration(t)[0]
+    assert first == f"<search>{company.removesuffix(' was born?')}</search>"
+    cut = SearchEnv(max_passage_chars=12)
+    cut.reset(options={"task": t})
+    assert cut.demonstration(t) is None
+    short = SearchEnv(max_turns=2)  # two hops need three turns
+    short.reset(options={"task": t})
+    assert short.demonstration(t) is None
+    lost = Task(
+        id="x", env="search", prompt="q", answer="Oren", metadata={"gold_passages": ["p99999"]}
+    )
+    env.reset(options={"task": lost})
+    assert env.demonstration(lost) is None
+    env.reset(options={"task": task()})  # a user task without gold passages
+    assert env.demonstration(task()) is None
+
+
 def test_wrong_and_partial_answers_em_versus_f1():
     env = SearchEnv()
     env.reset(options={"task": task()})
