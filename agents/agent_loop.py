@@ -144,7 +144,7 @@ def demonstration(
         if e.done or write is None or (written := write(task)) is None:
             return None
         replay = not isinstance(written, str)  # a list of turns; a string is one answer
-        actions = list(written) if replay else [written]
+        actions: list[str] = [written] if isinstance(written, str) else list(written)
         if not actions:
             return None
         ids, mask = list(e.traj.token_ids), list(e.traj.loss_mask)
