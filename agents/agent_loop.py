@@ -147,12 +147,10 @@ def demonstration(
         actions: list[str] = [written] if isinstance(written, str) else list(written)
         if not actions:
             return None
-        ids, mask = list(e.traj.token_ids), list(e.traj.loss_mask)
+        ids, mask = e.traj.token_ids, e.traj.loss_mask
         prefix = Extras.of(e.env).response_prefix
-        prefix_ids = chat.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
         for i, action in enumerate(actions):
-            ids += prefix_ids
-            mask += [0] * len(prefix_ids)
+            _add_prefix(chat, e)
             action_ids = chat.tokenizer(action, add_special_tokens=False)["input_ids"]
             ids += action_ids
             mask += [1] * len(action_ids)
