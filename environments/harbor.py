@@ -61,6 +61,8 @@ KIT = "/.skyrl-offline"
 DEFAULT_UV = "0.9.7"
 """The uv a `https://astral.sh/uv/install.sh` without a version gets."""
 BUILD_TIMEOUT_S = 600.0
+NO_BWRAP = "every step: bubblewrap is missing, so Harbor's paths cannot be made"
+"""The one problem that is the host's, not the task's: an image with it is never cached."""
 PROBE_S = 1.5
 """How long the ENTRYPOINT probe lets the entrypoint run before its command exits."""
 MAX_CONTEXT_BYTES = 64 * 1024 * 1024
@@ -539,7 +541,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
     root = sandbox.workdir / "root"
     root.mkdir()
     if sandbox.backend != "bwrap":
-        image.problems.append("every step: bubblewrap is missing, so Harbor's paths cannot be made")
+        image.problems.append(NO_BWRAP)
         return image
     sandbox.mount_workdir = False
     too_big = _check_context(context) if context.is_dir() else None
@@ -658,11 +660,15 @@ def _load_or_build(task_dir: Path, digest: str) -> Image:
     meta = folder / "image.json"
     if meta.is_file():
         data = json.loads(meta.read_text())
-        return Image(**{**data, "layer": str(folder / "layer")})
+        if NO_BWRAP not in data.get("problems", []):
+            return Image(**{**data, "layer": str(folder / "layer")})
+        shutil.rmtree(folder, ignore_errors=True)  # left by a build before bwrap was installed
     text = dockerfile_of(task_dir)
     sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
     try:
         image = _build(task_dir, text, digest, sandbox)
+        if NO_BWRAP in image.problems:  # about this host, not the task: never cached
+            return image
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{digest}-"))
         shutil.copytree(sandbox.workdir / "root", tmp / "layer", symlinks=True)

@@ -183,6 +183,30 @@ def test_unhonourable_steps_are_one_line_before_any_episode(tmp_path, cache):
         ShellEnv().reset(options={"task": task})
 
 
+def test_an_image_built_without_bubblewrap_is_rebuilt_once_it_is_installed(
+    tmp_path, cache, monkeypatch
+):
+    """A missing bubblewrap is about the host, not the task: it must not stick to the
+    task's cached image once bwrap is there (stop 27's CI reused such an entry from /tmp)."""
+    files = {"data/a.txt": "A", "conf.txt": "C", "own.txt": str(tmp_path)}  # its own digest
+    make_task(tmp_path / "t", DOCKERFILE, TEST_SH, files)
+    monkeypatch.setenv("SKYRL_SANDBOX_BACKEND", "fallback")
+    harbor._built.cache_clear()
+    before = harbor.image(tmp_path / "t")
+    assert any("bubblewrap is missing" in p for p in before.problems), before.problems
+    monkeypatch.delenv("SKYRL_SANDBOX_BACKEND")
+    harbor._built.cache_clear()
+    after = harbor.image(tmp_path / "t")
+    assert after.problems == [] and (Path(after.layer) / "srv/app/built.txt").is_file()
+    # an entry such a build left on disk before this fix is rebuilt too
+    folder = Path(after.layer).parent
+    meta = json.loads((folder / "image.json").read_text())
+    meta["problems"] = [before.problems[0]]
+    (folder / "image.json").write_text(json.dumps(meta))
+    harbor._built.cache_clear()
+    assert harbor.image(tmp_path / "t").problems == []
+
+
 # ---------------------------------------------------------------------------- attacks
 
 
