@@ -187,7 +187,7 @@ def test_an_image_built_without_bubblewrap_is_rebuilt_once_it_is_installed(
     tmp_path, cache, monkeypatch
 ):
     """A missing bubblewrap is about the host, not the task: it must not stick to the
-    task's cached image once bwrap is there (stop 27's CI reused such an entry from /tmp)."""
+    task's cached image once bwrap is there (a CI run once reused such an entry from /tmp)."""
     files = {"data/a.txt": "A", "conf.txt": "C", "own.txt": str(tmp_path)}  # its own digest
     make_task(tmp_path / "t", DOCKERFILE, TEST_SH, files)
     monkeypatch.setenv("SKYRL_SANDBOX_BACKEND", "fallback")
