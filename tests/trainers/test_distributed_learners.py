@@ -62,7 +62,12 @@ def _batch(n=5):
     return data
 
 
-ADAM = AdamParams(learning_rate=1e-3)
+# Adam's eps at 1e-6, not 1e-8: the first step moves a weight by lr * g / (|g| + eps), so a
+# gradient element near eps turns the rounding of a differently ordered sum (~1e-10) into a
+# weight difference of lr / eps * 1e-10 = 1e-5 (seen: ZeRO-3, a gate_proj element whose
+# clipped gradient was 4e-9). At 1e-6 rounding stays ~4e-7; a worker's advantages 2% off
+# still differ by 2e-3.
+ADAM = AdamParams(learning_rate=1e-3, eps=1e-6)
 
 
 def _one_update(handle_call, data):
