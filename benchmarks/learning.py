@@ -2,7 +2,7 @@
 
     python benchmarks/learning.py                                  # skyrl train --env sql, 3 seeds
     python benchmarks/learning.py --env math --model smollm2-135m --seeds 3
-    python benchmarks/learning.py --config sql_dapo --set trainer.max_steps=20 --eval-every 10
+    python benchmarks/learning.py --config sql_grpo --set trainer.max_steps=20 --eval-every 10
     python benchmarks/learning.py --report runs-learning/sql        # re-read finished runs only
 
 Each seed is one real `skyrl train` (its own run directory under --runs-dir), with the

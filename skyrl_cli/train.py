@@ -23,7 +23,7 @@ Examples:
   skyrl train --env my_env --tasks my_tasks.jsonl       # your env (named in skyrl.yaml)
   skyrl train --config skyrl.yaml --set rollout.group_size=8 --set optim.lr=1e-6
   skyrl train --env math --set algorithm.name=ppo       # any algorithm by configuration
-  skyrl train --config sql_dapo                         # a built-in recipe (--list-recipes)
+  skyrl train --config sql_grpo                         # a built-in recipe (--list-recipes)
   skyrl train --resume runs/sql-20261130-101500         # continue where it stopped
 """
 
@@ -82,7 +82,7 @@ def train(
         bool, typer.Option("--list-recipes", help="List the built-in recipes and exit.")
     ] = False,
 ) -> None:
-    """Train a policy with RL (GRPO by default; sync schedule) on an environment's tasks."""
+    """Train a policy with RL (DAPO on the default `sql` env, GRPO on the others; sync schedule)."""
     from trainers.config import ConfigError
 
     if list_recipes:

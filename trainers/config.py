@@ -403,6 +403,10 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
         # answer tag, and a wrong answer that runs earns 0.3 x the F1 of its query parts.
         "env": {"max_turns": 2, "kwargs": {"response_prefix": "<solution>", "partial_credit": 0.3}},
         "rollout": {"batch_size": 3, "group_size": 6, "max_new_tokens": 48, "temperature": 0.8},
+        # DAPO (clip-higher, dynamic sampling, a soft overlong penalty over the last 16 of 48
+        # tokens): over 5 seeds from the same warm-up checkpoints its RL phase moved dev
+        # accuracy by +3.5 +- 4.2 points against GRPO's +2.1 +- 4.5 (docs/learning.md)
+        "algorithm": {"name": "dapo", "overlong_buffer": 16, "overlong_penalty": 0.5},
         "optim": {"lr": 1e-5},
         "warmup": {"sft_steps": 24, "batch_size": 8},
         "trainer": {"max_steps": 30, "checkpoint_every": 10},
@@ -529,12 +533,25 @@ def build_config(layers: list[dict[str, Any]], env_name: str | None = None) -> R
         merged = deep_merge(merged, layer)
     env = env_name or _section(merged, "env").get("name") or EnvConfig().name
     preset = ENV_PRESETS.get(env, {})
+    mine, theirs = _section(merged, "algorithm"), _section(preset, "algorithm")
+    if mine.get("name", theirs.get("name")) != theirs.get("name"):
+        # the preset's algorithm settings belong to its algorithm: naming another one
+        # starts from that one's own table preset, not DAPO's clip-higher riding along
+        preset = {k: v for k, v in preset.items() if k != "algorithm"}
     merged = deep_merge(deep_merge(preset, merged), {"env": {"name": env}})
     algorithm = _section(merged, "algorithm").get("name", AlgorithmConfig().name)
     if (
         isinstance(algorithm, str) and algorithm in ALGORITHMS
     ):  # an unknown name is reported by validation below
-        merged = deep_merge({"algorithm": dict(ALGORITHMS[algorithm].preset)}, merged)
+        table = dict(ALGORITHMS[algorithm].preset)
+        if (
+            _section(merged, "trainer").get("schedule") == "async"
+            and "dynamic_sampling" not in mine
+        ):
+            # async cannot refill a step with more rounds: a preset's dynamic sampling
+            # yields to the schedule the user chose (asking for both is refused below)
+            table["dynamic_sampling"] = False
+        merged = deep_merge({"algorithm": table}, merged)
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as e:
