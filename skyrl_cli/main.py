@@ -34,7 +34,7 @@ app = typer.Typer(
 \b
 Examples:
   skyrl init my-agent                   # scaffold a project
-  skyrl train --env sql                 # DAPO on the bundled SQL tasks (~25 min on 2 cores)
+  skyrl train --env sql                 # DAPO on the bundled SQL tasks (~20-25 min on 2 cores)
   skyrl train --env math --model tiny --max-steps 5
   skyrl train --resume runs/<id>        # continue after Ctrl-C, a crash or kill -9
   skyrl runs                            # list runs and their state
