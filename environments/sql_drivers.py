@@ -18,16 +18,14 @@ Every driver returns rows in one format (`plain`): int, float, str, bytes or Non
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import decimal
 import hashlib
 import json
 import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -335,21 +333,3 @@ def open_driver(target: Target) -> DuckDBDriver | PostgresDriver:
 def cache_key(target: Target) -> str:
     """A short stable name for a target (file names, logs)."""
     return hashlib.sha256(target.to_json().encode()).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def sqlite_tables(path: Path) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
-    """A plain read-only connection to a SQLite file (for our own fixed statements, not an
-    episode's queries) and its table names in creation order."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
-            )
-        ]
-        yield conn, names
-    finally:
-        conn.close()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from environments.sql_drivers import sqlite_tables
+from tasks.sql.tables import sqlite_tables
 
 READER = "skyrl_reader"
 """The read-only role `materialise_postgres` creates."""
