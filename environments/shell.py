@@ -62,6 +62,9 @@ VERIFIER_DISK_MB = 256
 class ShellEnv(gym.Env):
     """A Harbor terminal task: run bash commands in a sandbox, then submit for grading."""
 
+    grammar = (
+        "<bash>command</bash> runs in a sandboxed persistent shell; <submit/> runs the task's tests"
+    )
     stop_strings = TAGS.stop_strings
     # metadata keys evaluation reports break accuracy down by
     report_by = ("difficulty", "category")

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from environments.registry import BUILTINS
 from skyrl_cli.errors import fail
 
 EXAMPLES = """
@@ -32,7 +33,12 @@ SWE-bench-format suites (resolved rate, predictions.jsonl):
 
 def eval_(
     env: Annotated[
-        str | None, typer.Option("--env", help="Environment to score on: math, sql, ...")
+        str | None,
+        typer.Option(
+            "--env",
+            help=f"Environment to score on: {', '.join(BUILTINS)}, or a plugin named in "
+            "./skyrl.yaml.",
+        ),
     ] = None,
     suite: Annotated[
         str | None,

@@ -210,12 +210,13 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     cfg = eval_config(opts, ref)
     tasks, label = load_eval_tasks(cfg, opts)
     spec = registry.resolve(cfg.env.name, cfg.environments)
+    project = Path(cfg.project_dir) if cfg.project_dir else None
+    spec.check(cfg.env.kwargs, project)  # env.kwargs as train checks them, before the model loads
     temperature = opts.temperature
     if temperature is None:
         temperature = 1.0 if opts.n_samples > 1 else 0.0
     note(f"loading {opts.model} ...")
     policy = load_policy(ref, cfg.trainer.threads)
-    project = Path(cfg.project_dir) if cfg.project_dir else None
     make_env = partial(
         registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from environments.registry import BUILTINS
 from skyrl_cli.errors import fail
 
 TEMPLATE = Path(__file__).parent / "templates" / "project"
@@ -63,7 +64,9 @@ def init(
     env: Annotated[
         str,
         typer.Option(
-            "--env", help="Environment skyrl.yaml trains: my_env (the template) or a built-in."
+            "--env",
+            help="Environment skyrl.yaml trains: my_env (the template) or a built-in "
+            f"({', '.join(BUILTINS)}).",
         ),
     ] = "my_env",
     force: Annotated[
@@ -80,7 +83,6 @@ def init(
       skyrl init .                   # in the current (empty) folder
       cd my-agent && skyrl train     # the first run: about a minute on a CPU
     """
-    from environments.registry import BUILTINS
     from trainers.config import build_config
 
     if path.exists() and any(path.iterdir()) and not force:

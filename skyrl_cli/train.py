@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from environments.registry import BUILTINS
 from skyrl_cli.errors import exit_now, fail
 
 EXAMPLES = """
@@ -33,8 +34,7 @@ def train(
         str | None,
         typer.Option(
             "--env",
-            help="Environment: sql, math, search, python, shell, swe, or a plugin named in "
-            "./skyrl.yaml.",
+            help=f"Environment: {', '.join(BUILTINS)}, or a plugin named in ./skyrl.yaml.",
         ),
     ] = None,
     model: Annotated[
@@ -329,27 +329,18 @@ def _check_env(cfg: Any) -> None:
 
 
 def _build_env(cfg: Any) -> Any:
-    """One environment as the run would build it; ConfigError (one sentence) when its module
-    does not load (syntax, import), the class is missing, or the constructor refuses."""
+    """One environment as the run would build it (`EnvSpec.build`); ConfigError (one
+    sentence) when its module does not load, env.kwargs names no parameter of it, or the
+    constructor refuses."""
     from environments import registry
     from trainers.config import ConfigError
 
     spec = registry.resolve(cfg.env.name, cfg.environments)
     project = Path(cfg.project_dir) if cfg.project_dir else None
     try:
-        cls: Any = registry.load_class(spec.entry, project)
+        return spec.build(cfg.env.max_turns, cfg.env.kwargs, project)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    except Exception as e:  # noqa: BLE001 - the module's own error (syntax, import), as one line
-        raise ConfigError(
-            f"cannot load environment {spec.name!r} ({spec.entry}): {_one_line(e)}"
-        ) from None
-    check_env_kwargs(spec.entry, cls, cfg.env.kwargs)
-    try:
-        return cls(max_turns=cfg.env.max_turns, **cfg.env.kwargs)
-    except Exception as e:  # noqa: BLE001 - the constructor's own complaint, as one line
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ConfigError(f"env {cfg.env.name!r} refuses env.kwargs: {reason}") from None
 
 
 def _close(env: Any) -> None:
@@ -396,33 +387,6 @@ def check_not_finished(run: Any, max_steps: int | None) -> None:
         raise RunFinished(
             f"{run.path} is finished (step {done}/{done}); nothing to do. Train it further "
             f"with: skyrl train --resume {run.path} --max-steps N (N > {done})"
-        )
-
-
-def check_env_kwargs(entry: str, cls: Any, kwargs: dict[str, Any]) -> None:
-    """env.kwargs keys must be named parameters of the environment's constructor (a
-    catch-all **kwargs does not count: built-ins take one and ignore what lands in it)."""
-    import inspect
-
-    from trainers.config import ConfigError
-
-    if "max_turns" in kwargs:
-        raise ConfigError("set env.max_turns, not env.kwargs.max_turns")
-    try:
-        params = inspect.signature(cls.__init__).parameters.values()
-    except (TypeError, ValueError):
-        return  # no readable signature (a C extension): let the constructor judge
-    named = [
-        p.name
-        for p in params
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-        and p.name not in ("self", "max_turns")
-    ]
-    unknown = sorted(set(kwargs) - set(named))
-    if unknown:
-        raise ConfigError(
-            f"env.kwargs.{unknown[0]} is no parameter of {entry}; it takes: "
-            f"{', '.join(named) or 'none'}"
         )
 
 

@@ -100,6 +100,15 @@ def test_eval_against_an_openai_compatible_server(tmp_path: Path) -> None:
         (["--env", "math", "--model", "no-such-model"], "unknown model 'no-such-model'"),
         (["--env", "math", "--model", "tiny", "--split", "valid"], "unknown split 'valid'"),
         (["--env", "math", "--model", "openai:gpt"], "openai:MODEL@BASE_URL"),
+        # env.kwargs checked as train checks them (MathEnv's **kwargs would swallow `nope`)
+        (
+            ["--env", "math", "--model", "tiny", "--set", "env.kwargs.nope=1"],
+            "env.kwargs.nope is no parameter of environments.math:MathEnv",
+        ),
+        (
+            ["--env", "shell", "--agent", "oracle", "--set", "env.kwargs.nope=1"],
+            "env.kwargs.nope is no parameter of environments.shell:ShellEnv",
+        ),
         (["--suite", "swe-bench-mini", "--agent", "gold", "--slice", "abc"], "--slice 'abc'"),
         (["--suite", "swe-bench-mini", "--agent", "wizard"], "unknown agent 'wizard'"),
         (["--suite", "swe-bench-mini"], "--agent shell needs --model"),
