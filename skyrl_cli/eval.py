@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from environments.registry import BUILTINS
 from skyrl_cli.errors import fail
 
 EXAMPLES = """
@@ -36,8 +35,7 @@ def eval_(
         str | None,
         typer.Option(
             "--env",
-            help=f"Environment to score on: {', '.join(BUILTINS)}, or a plugin named in "
-            "./skyrl.yaml.",
+            help="Environment to score on: a built-in or a plugin named in ./skyrl.yaml.",
         ),
     ] = None,
     suite: Annotated[

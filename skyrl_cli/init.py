@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from environments.registry import BUILTINS
 from skyrl_cli.errors import fail
 
 TEMPLATE = Path(__file__).parent / "templates" / "project"
@@ -65,8 +64,7 @@ def init(
         str,
         typer.Option(
             "--env",
-            help="Environment skyrl.yaml trains: my_env (the template) or a built-in "
-            f"({', '.join(BUILTINS)}).",
+            help="Environment skyrl.yaml trains: my_env (the template) or a built-in.",
         ),
     ] = "my_env",
     force: Annotated[
@@ -83,6 +81,7 @@ def init(
       skyrl init .                   # in the current (empty) folder
       cd my-agent && skyrl train     # the first run: about a minute on a CPU
     """
+    from environments.registry import BUILTINS
     from trainers.config import build_config
 
     if path.exists() and any(path.iterdir()) and not force:

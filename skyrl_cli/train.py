@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 
-from environments.registry import BUILTINS
 from skyrl_cli.errors import exit_now, fail
 
 EXAMPLES = """
@@ -34,7 +33,7 @@ def train(
         str | None,
         typer.Option(
             "--env",
-            help=f"Environment: {', '.join(BUILTINS)}, or a plugin named in ./skyrl.yaml.",
+            help="Environment: a built-in or a plugin named in ./skyrl.yaml.",
         ),
     ] = None,
     model: Annotated[
