@@ -63,8 +63,7 @@ def init(
     env: Annotated[
         str,
         typer.Option(
-            "--env",
-            help="Environment skyrl.yaml trains: my_env (the template) or a built-in.",
+            "--env", help="Environment skyrl.yaml trains: my_env (the template) or a built-in."
         ),
     ] = "my_env",
     force: Annotated[
