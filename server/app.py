@@ -10,66 +10,14 @@ request must carry the API key (`Authorization: Bearer KEY`, or Tinker's `X-API-
 from __future__ import annotations
 
 import hmac
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-MAX_BODY = 2 * 1024 * 1024
-"""Largest request body (bytes) except Tinker's forward_backward."""
-MAX_TRAIN_BODY = 64 * 1024 * 1024
-"""Largest forward_backward body (bytes)."""
+from server.shared import MAX_BODY, MAX_TRAIN_BODY, APIError, ServeConfig, error_body
 
-
-class APIError(Exception):
-    """A client error: HTTP status, one-sentence message, OpenAI error type and param."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str = "invalid_request_error",
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param = status, message, type_, param
-
-
-@dataclass
-class ServeConfig:
-    """What `skyrl serve` was started with."""
-
-    model_name: str
-    """The name clients use for the served base model (`--model` as typed)."""
-    model_path: Path
-    """Its local Hugging Face folder."""
-    state_dir: Path
-    """Checkpoints and the SQLite state file."""
-    api_key: str | None = None
-    threads: int = 0
-    aliases: set[str] = field(default_factory=set)
-    """Other names accepted for the base model (its path)."""
-
-
-def error_body(e: APIError) -> dict[str, Any]:
-    """OpenAI's error shape."""
-    return {"error": {"message": e.message, "type": e.type, "param": e.param, "code": None}}
-
-
-async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object; APIError 400 when it is not one."""
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise APIError(400, "the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    return body
+__all__ = ["ServeConfig", "build_app"]
 
 
 class _Guard:
@@ -86,8 +34,11 @@ class _Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         open_path = scope["path"] in ("/health", "/api/v1/healthz")  # says nothing but "up"
         if self.api_key is not None and not open_path and not self._authorized(headers):
-            e = APIError(401, "a valid API key is required (Authorization: Bearer KEY)",
-                         "authentication_error")  # fmt: skip
+            e = APIError(
+                401,
+                "a valid API key is required (Authorization: Bearer KEY)",
+                "authentication_error",
+            )
             await JSONResponse(error_body(e), 401)(scope, receive, send)
             return
         limit = MAX_TRAIN_BODY if scope["path"].endswith("/forward_backward") else MAX_BODY
@@ -132,6 +83,7 @@ def build_app(config: ServeConfig) -> FastAPI:
 
     from server import openai_api, tinker_api
     from server.pool import SamplerPool
+    from server.tinker_state import TinkerServer
 
     hf_logging.disable_progress_bar()  # engines load per sampler: no bar per load in the log
     app = FastAPI(title="skyrl serve", docs_url=None, redoc_url=None, openapi_url=None)
@@ -165,7 +117,7 @@ def build_app(config: ServeConfig) -> FastAPI:
         return {"status": "ok"}
 
     app.include_router(openai_api.router)
-    router, app.state.tinker = tinker_api.build_router(config, pool)
-    app.include_router(router)
+    app.state.tinker = TinkerServer(config, pool)
+    app.include_router(tinker_api.router)
     app.add_middleware(_Guard, api_key=config.api_key)
     return app
