@@ -74,13 +74,17 @@ def serve(
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}")
     if not _loopback(host) and not api_key:
-        fail(f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)")  # fmt: skip
+        fail(
+            f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)"
+        )
     if api_key is not None and len(api_key) < 8:
         fail("--api-key must be at least 8 characters")
     from skyrl_cli.eval_run import resolve_eval_model
 
     if model.startswith("openai:"):
-        fail("--model must be a local model (a preset, an HF folder or id, or a run), not an openai: server")  # fmt: skip
+        fail(
+            "--model must be a local model (a preset, an HF folder or id, or a run), not an openai: server"
+        )
     try:
         ref = resolve_eval_model(model)
         from agents.models import resolve_model

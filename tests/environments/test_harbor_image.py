@@ -57,11 +57,11 @@ def cookbook(tmp_path_factory, cache):
         archive = subprocess.run(
             ["git", "-C", str(COOKBOOK), "archive", "HEAD", f"harbor_cookbook/recipes/{name}"],
             capture_output=True, check=True,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         subprocess.run(
             ["tar", "-x", "-C", str(out / name), "--strip-components=3"],
             input=archive.stdout, check=True,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     return out
 
 
