@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.engine import GenRequest, GenResult
 from server.pool import SamplerPool
-from server.shared import APIError, ServeConfig, read_json
+from server.shared import APIError, ServeConfig, check_temperature, client_of, read_json
 
 MAX_N = 16
 """Most choices one request may ask for."""
@@ -98,7 +98,7 @@ def _weights(request: Request, name: str) -> str:
         return ""
     if name.startswith("tinker://"):
         try:
-            return str(request.app.state.tinker.resolve(name, "sampler")[1])
+            return str(request.app.state.tinker.resolve(client_of(request), name, "sampler")[1])
         except ValueError as e:
             raise APIError(404, str(e), param="model") from None
     raise APIError(
@@ -183,7 +183,7 @@ async def _sample(
     stops = _stops(req.stop)
     budget = _budget(pool, len(prompt), max_tokens)
     seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
-    temperature = 1.0 if req.temperature is None else req.temperature
+    temperature = 1.0 if req.temperature is None else check_temperature(req.temperature)
     reqs = [GenRequest(prompt, budget, (seed + i) % 2**63, stops) for i in range(req.n)]
     results = await asyncio.wrap_future(pool.submit(reqs, temperature, req.top_p or 1.0, weights))
     # decoding is CPU work: off the event loop, so other requests keep flowing
@@ -244,7 +244,8 @@ def _ids() -> tuple[str, int]:
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     config: ServeConfig = request.app.state.config
-    names = [config.model_name, *request.app.state.tinker.store.sampler_checkpoints()]
+    own = request.app.state.tinker.store.sampler_checkpoints(client_of(request))
+    names = [config.model_name, *own]
     return {
         "object": "list",
         "data": [{"id": n, "object": "model", "created": 0, "owned_by": "skyrl"} for n in names],

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from tinker import types
 
 from agents.engine import GenRequest
-from server.shared import APIError, read_json
+from server.shared import APIError, check_temperature, client_of, read_json
 from server.tinker_state import (
     MAX_RANK,
     MAX_SAMPLES,
@@ -57,6 +57,8 @@ def tinker_state(request: Request) -> TinkerServer:
 
 Srv = Annotated[TinkerServer, Depends(tinker_state)]
 """Each handler's state, passed in by FastAPI."""
+Client = Annotated[str, Depends(client_of)]
+"""The client a request comes from; every id it names must be its own."""
 
 
 def _parse(model: Any, body: dict[str, Any]) -> Any:
@@ -120,27 +122,29 @@ async def capabilities(srv: Srv) -> dict[str, Any]:
 
 
 @router.post("/create_session")
-async def create_session(request: Request, srv: Srv) -> dict[str, Any]:
+async def create_session(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.CreateSessionRequest, await read_json(request))
     sid = uuid.uuid4().hex
-    srv.store.add_session(sid, req.sdk_version, req.user_metadata or {})
+    srv.store.add_session(sid, client, req.sdk_version, req.user_metadata or {})
     return {"type": "create_session", "session_id": sid}
 
 
 @router.post("/session_heartbeat")
-async def heartbeat(request: Request, srv: Srv) -> dict[str, Any]:
+async def heartbeat(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.SessionHeartbeatRequest, await read_json(request))
-    if not srv.store.heartbeat(req.session_id):
+    if srv.store.session_owner(req.session_id) != client or not srv.store.heartbeat(req.session_id):
         raise APIError(410, f"session {req.session_id[:80]!r} is not known to this server")
     return {"type": "session_heartbeat"}
 
 
 @router.post("/create_model")
-async def create_model(request: Request, srv: Srv) -> dict[str, Any]:
+async def create_model(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.CreateModelRequest, await read_json(request))
-    if not srv.store.has_session(req.session_id):
+    if srv.store.session_owner(req.session_id) != client:
         raise APIError(404, f"no session {req.session_id[:80]!r}; create one first")
     model_id = f"{req.session_id}:train:{req.model_seq_id}"
+    if not 0 <= req.model_seq_id < 10**9:
+        raise APIError(400, f"model_seq_id must be 0 to 999999999, got {req.model_seq_id}")
 
     def create() -> dict[str, Any]:
         srv.check_base(req.base_model)
@@ -167,12 +171,16 @@ async def create_model(request: Request, srv: Srv) -> dict[str, Any]:
         srv.build_model(spec, req.session_id)
         return {"model_id": model_id, "type": "create_model"}
 
-    return srv.start(srv.work.submit(create), model_id)
+    return srv.start(client, srv.work.submit(create), model_id)
 
 
 @router.post("/get_info")
-async def get_info(request: Request, srv: Srv) -> dict[str, Any]:
+async def get_info(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.GetInfoRequest, await read_json(request))
+    try:
+        srv.own_model_id(client, req.model_id)
+    except UserError as e:
+        raise APIError(404, str(e)) from None
     spec = srv.store.model(req.model_id)
     if spec is None:
         raise APIError(404, f"no model {req.model_id[:120]!r} on this server")
@@ -180,18 +188,22 @@ async def get_info(request: Request, srv: Srv) -> dict[str, Any]:
 
 
 @router.post("/unload_model")
-async def unload(request: Request, srv: Srv) -> dict[str, Any]:
+async def unload(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.UnloadModelRequest, await read_json(request))
+    try:
+        srv.own_model_id(client, req.model_id)
+    except UserError as e:
+        return srv.failed(client, e, req.model_id)
     m = srv.models.pop(req.model_id, None)
     if m is not None:
         m.close()
     done: Future[Any] = Future()
     done.set_result({"model_id": req.model_id, "type": "unload_model"})
-    return srv.start(done, req.model_id)
+    return srv.start(client, done, req.model_id)
 
 
 @router.post("/forward_backward")
-async def forward_backward(request: Request, srv: Srv) -> dict[str, Any]:
+async def forward_backward(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     from google.protobuf.message import DecodeError
     from tinker.proto import tinker_public_pb2 as pb
 
@@ -210,17 +222,16 @@ async def forward_backward(request: Request, srv: Srv) -> dict[str, Any]:
         cfg = loss_config(msg, loss_fn, len(msg.data))
         data = await asyncio.to_thread(data_of, msg, loss_fn, srv.pool.context, srv.vocab)
     except UserError as e:
-        failed: Future[Any] = Future()
-        failed.set_exception(e)
-        return srv.start(failed, msg.model_id)
+        return srv.failed(client, e, msg.model_id)
     return srv.on_model(
+        client,
         msg.model_id,
         lambda m: ("proto", forward_backward_proto(m, data, loss_fn, cfg, forward_only)),
     )
 
 
 @router.post("/optim_step")
-async def optim_step(request: Request, srv: Srv) -> dict[str, Any]:
+async def optim_step(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     body = await read_json(request)
     params = body.get("adam_params")
     if not isinstance(params, dict):
@@ -236,13 +247,17 @@ async def optim_step(request: Request, srv: Srv) -> dict[str, Any]:
     adam = _parse(types.AdamParams, params)
     model_id = str(body.get("model_id", ""))
     return srv.on_model(
-        model_id, lambda m: {"metrics": m.optim_step(adam_params(adam.model_dump()))}
+        client, model_id, lambda m: {"metrics": m.optim_step(adam_params(adam.model_dump()))}
     )
 
 
 @router.post("/save_weights")
-async def save_weights(request: Request, srv: Srv) -> dict[str, Any]:
+async def save_weights(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.SaveWeightsRequest, await read_json(request))
+    try:
+        srv.own_model_id(client, req.model_id)
+    except UserError as e:
+        return srv.failed(client, e, req.model_id)
     n = len(srv.store.checkpoints(req.model_id)) + 1
     path, directory = srv.checkpoint_dir(req.model_id, "training", _name(req.path, f"ckpt-{n:06d}"))
 
@@ -253,18 +268,21 @@ async def save_weights(request: Request, srv: Srv) -> dict[str, Any]:
         srv.store.add_checkpoint(path, req.model_id, "training", directory)
         return {"path": path, "type": "save_weights"}
 
-    return srv.on_model(req.model_id, save)
+    return srv.on_model(client, req.model_id, save)
 
 
 @router.post("/save_weights_for_sampler")
-async def save_for_sampler(request: Request, srv: Srv) -> dict[str, Any]:
+async def save_for_sampler(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.SaveWeightsForSamplerRequest, await read_json(request))
+    try:
+        session = srv.own_model_id(client, req.model_id)
+    except UserError as e:
+        return srv.failed(client, e, req.model_id)
     ephemeral = req.path is None
     if req.path is not None and req.path.startswith("ephemeral-"):
         raise APIError(400, "sampler checkpoint names starting with 'ephemeral-' are reserved")
     name = _name(req.path, f"ephemeral-{uuid.uuid4().hex[:12]}")
     path, directory = srv.checkpoint_dir(req.model_id, "sampler", name)
-    session = req.model_id.split(":train:")[0]
 
     def save(m: TrainModel) -> dict[str, Any]:
         m.save_for_sampler(directory)
@@ -272,21 +290,24 @@ async def save_for_sampler(request: Request, srv: Srv) -> dict[str, Any]:
         out: dict[str, Any] = {"path": path, "type": "save_weights_for_sampler"}
         if ephemeral:
             sid = f"{session}:sample:{req.sampling_session_seq_id}"
-            srv.store.add_sampler(sid, srv.base, path, directory)
+            srv.store.add_sampler(sid, srv.config.model_name, path, directory)
             out["sampling_session_id"] = sid
             srv.prune_ephemeral(req.model_id)
         return out
 
-    return srv.on_model(req.model_id, save)
+    return srv.on_model(client, req.model_id, save)
 
 
 @router.post("/load_weights")
-async def load_weights(request: Request, srv: Srv) -> dict[str, Any]:
+async def load_weights(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.LoadWeightsRequest, await read_json(request))
     if req.model_id is None and (req.session_id is None or req.model_seq_id is None):
         raise APIError(400, "load_weights needs model_id, or session_id with model_seq_id")
     model_id = req.model_id or f"{req.session_id}:train:{req.model_seq_id}"
-    session_id = req.session_id or model_id.split(":train:")[0]
+    try:  # the target is `<own session>:train:<n>`, so it cannot share another's folder
+        session_id = srv.own_model_id(client, model_id)
+    except UserError as e:
+        return srv.failed(client, e, model_id)
 
     def load() -> dict[str, Any]:
         srv.check_base(req.base_model)
@@ -294,7 +315,7 @@ async def load_weights(request: Request, srv: Srv) -> dict[str, Any]:
             raise UserError(
                 f"optimizer {req.optimizer_config.type!r} is not supported by this server (adamw is)"
             )
-        source, directory = srv.resolve(req.path, "training")
+        source, directory = srv.resolve(client, req.path, "training")
         spec_raw = srv.store.model(source)
         if spec_raw is None:
             raise UserError(f"checkpoint {req.path} belongs to no known model")
@@ -310,39 +331,51 @@ async def load_weights(request: Request, srv: Srv) -> dict[str, Any]:
         m.submit(m.load_state, directory, req.optimizer).result()
         return {"path": req.path, "model_id": model_id, "type": "load_weights"}
 
-    return srv.start(srv.work.submit(load), model_id)
+    return srv.start(client, srv.work.submit(load), model_id)
 
 
 @router.post("/create_sampling_session")
-async def create_sampling_session(request: Request, srv: Srv) -> dict[str, Any]:
+async def create_sampling_session(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.CreateSamplingSessionRequest, await read_json(request))
     sid = f"{req.session_id}:sample:{req.sampling_session_seq_id}"
     try:
+        srv.own_session(client, req.session_id, f"session {req.session_id[:80]!r}")
+    except UserError as e:
+        raise APIError(404, str(e)) from None
+    try:
         if req.model_path:
-            _, directory = srv.resolve(req.model_path, "sampler")
-            srv.store.add_sampler(sid, srv.base, req.model_path, directory)
+            _, directory = srv.resolve(client, req.model_path, "sampler")
+            srv.store.add_sampler(sid, srv.config.model_name, req.model_path, directory)
         else:
             srv.check_base(req.base_model)
-            srv.store.add_sampler(sid, srv.base, None, None)
+            srv.store.add_sampler(sid, srv.config.model_name, None, None)
     except UserError as e:
         raise APIError(400, str(e)) from None
     return {"type": "create_sampling_session", "sampling_session_id": sid}
 
 
 @router.get("/samplers/{sid:path}")
-async def sampler(sid: str, srv: Srv) -> dict[str, Any]:
+async def sampler(sid: str, srv: Srv, client: Client) -> dict[str, Any]:
     found = srv.store.sampler(sid)
+    try:
+        srv.own_sampler(client, sid)
+    except UserError:
+        found = None
     if found is None:
         raise APIError(404, f"no sampler {sid[:120]!r} on this server")
-    return {"sampler_id": sid, "base_model": found[0], "model_path": found[1]}
+    return {"sampler_id": sid, "base_model": srv.config.model_name, "model_path": found[1]}
 
 
 @router.post("/asample")
-async def asample(request: Request, srv: Srv) -> dict[str, Any]:
+async def asample(request: Request, srv: Srv, client: Client) -> dict[str, Any]:
     req = _parse(types.SampleRequest, await read_json(request))
     weights = ""
     if req.sampling_session_id:
         found = srv.store.sampler(req.sampling_session_id)
+        try:
+            srv.own_sampler(client, req.sampling_session_id)
+        except UserError:
+            found = None
         if found is None:
             raise APIError(404, f"no sampler {req.sampling_session_id[:120]!r} on this server")
         weights = str(found[2]) if found[2] else ""
@@ -353,11 +386,14 @@ async def asample(request: Request, srv: Srv) -> dict[str, Any]:
             )
     elif req.model_path:
         try:
-            weights = str(srv.resolve(req.model_path, "sampler")[1])
+            weights = str(srv.resolve(client, req.model_path, "sampler")[1])
         except UserError as e:
             raise APIError(400, str(e)) from None
     prompt = sample_prompt(req, srv.pool.context, srv.vocab)
     p = req.sampling_params
+    temperature = check_temperature(float(p.temperature), "sampling_params.temperature")
+    if not 0.0 < float(p.top_p) <= 1.0:
+        raise APIError(400, f"top_p must be above 0 and at most 1, got {p.top_p:g}")
     if p.top_k not in (-1, 0):
         raise APIError(400, "top_k sampling is not supported by this server")
     if (
@@ -380,7 +416,7 @@ async def asample(request: Request, srv: Srv) -> dict[str, Any]:
     reqs = [
         GenRequest(prompt, max_tokens, (seed + i) % 2**63, stops) for i in range(req.num_samples)
     ]
-    sampled = srv.pool.submit(reqs, float(p.temperature), float(p.top_p), weights)
+    sampled = srv.pool.submit(reqs, temperature, float(p.top_p), weights)
     scored = srv.pool.compute_logprobs([prompt], weights) if req.prompt_logprobs else None
     result: Future[Any] = Future()
 
@@ -399,15 +435,15 @@ async def asample(request: Request, srv: Srv) -> dict[str, Any]:
     sampled.add_done_callback(finish)
     if scored is not None:
         scored.add_done_callback(finish)
-    out = srv.start(result)
+    out = srv.start(client, result)
     out["sample_sequence_ids"] = [f"{out['request_id']}:{i}" for i in range(req.num_samples)]
     return out
 
 
 @router.post("/retrieve_future", response_model=None)
-async def retrieve_future(request: Request, srv: Srv) -> Response:
+async def retrieve_future(request: Request, srv: Srv, client: Client) -> Response:
     req = _parse(types.FutureRetrieveRequest, await read_json(request))
-    future = srv.futures.get(req.request_id)
+    future = srv.futures.get(client, req.request_id)
     if future is None:
         raise APIError(
             404, f"no request {req.request_id[:80]!r} on this server (it may predate a restart)"

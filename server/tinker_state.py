@@ -1,5 +1,12 @@
 """The state behind Tinker's routes: the SQLite store, the trained models held in memory,
-and the calls in flight (by request id). `server/tinker_api.py` holds the routes."""
+and the calls in flight (by request id). `server/tinker_api.py` holds the routes.
+
+Everything belongs to the client that created it (`server.shared.client_of`): a session
+records its client, a model id is `<session>:train:<n>` and a sampler id
+`<session>:sample:<n>` of one of that client's sessions, a checkpoint belongs to its model,
+a pending call to the client that started it. Another client's id answers exactly as an
+unknown one does, so ids are neither usable nor confirmed to exist.
+"""
 
 from __future__ import annotations
 
@@ -27,27 +34,41 @@ MAX_MODELS = 16
 """Training models held in memory at once (each is a full copy of the base model)."""
 KEEP_EPHEMERAL = 4
 """Sampler snapshots of `save_weights_and_get_sampling_client` kept per model."""
+_MODEL_ID = re.compile(r"([0-9a-f]{32}):train:([0-9]{1,9})")
+_SAMPLER_ID = re.compile(r"([0-9a-f]{32}):sample:([0-9]{1,9})")
+
+
+def folder_name(text: str) -> str:
+    """`text` as one folder name, injectively: letters, digits and '-' stay, every other
+    character becomes '_' and its 6 hex digits ('A:train:0' -> 'A_00003atrain_00003a0', while
+    'A_train_0' -> 'A_00005ftrain_00005f0'), so two ids never share a folder."""
+    out = "".join(
+        c if c.isascii() and (c.isalnum() or c == "-") else f"_{ord(c):06x}" for c in text
+    )
+    return out or "_"
 
 
 class Futures:
     """Pending and finished calls by request id (finished ones are dropped oldest first)."""
 
     def __init__(self, keep: int = 10_000) -> None:
-        self._items: OrderedDict[str, Future[Any]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[str, Future[Any]]] = OrderedDict()
         self._keep = keep
 
-    def add(self, future: Future[Any]) -> str:
+    def add(self, client: str, future: Future[Any]) -> str:
         rid = uuid.uuid4().hex
-        self._items[rid] = future
+        self._items[rid] = (client, future)
         while len(self._items) > self._keep:
             oldest = next(iter(self._items))
-            if not self._items[oldest].done():
+            if not self._items[oldest][1].done():
                 break
             del self._items[oldest]
         return rid
 
-    def get(self, rid: str) -> Future[Any] | None:
-        return self._items.get(rid)
+    def get(self, client: str, rid: str) -> Future[Any] | None:
+        """The call `rid` if `client` started it."""
+        owner, future = self._items.get(rid, ("", None))
+        return future if owner == client else None
 
 
 class TinkerServer:
@@ -65,6 +86,15 @@ class TinkerServer:
 
     # -- names ----------------------------------------------------------------------
 
+    def tokenizer_id(self) -> str:
+        """What Tinker's client loads its tokenizer from (`get_tokenizer`): the model's hub id
+        when it was served by one, else its folder, the one host path a response names (the
+        client reads it; no other way to hand over a local model's tokenizer exists in 0.38)."""
+        name = self.config.model_name
+        if re.fullmatch(r"[\w.-]+/[\w.-]+", name) and not Path(name).exists():
+            return name
+        return self.base
+
     def check_base(self, name: str | None) -> None:
         if name is not None and name not in (
             self.config.model_name,
@@ -75,7 +105,30 @@ class TinkerServer:
                 f"base model {name!r} is not served here; this server serves {self.config.model_name!r}"
             )
 
-    def model(self, model_id: str) -> TrainModel:
+    def own_session(self, client: str, sid: str, what: str = "session") -> None:
+        """UserError unless `client` created session `sid` (`what` names the id asked for)."""
+        if not sid or self.store.session_owner(sid) != client:
+            raise UserError(f"no {what} on this server")
+
+    def own_model_id(self, client: str, model_id: str) -> str:
+        """The session of `model_id`; UserError unless it is `<session>:train:<n>` of one of
+        `client`'s sessions."""
+        found = _MODEL_ID.fullmatch(model_id)
+        what = f"model {model_id[:120]!r}"
+        if found is None:
+            raise UserError(f"no {what} on this server")
+        self.own_session(client, found[1], what)
+        return found[1]
+
+    def own_sampler(self, client: str, sid: str) -> None:
+        found = _SAMPLER_ID.fullmatch(sid)
+        what = f"sampler {sid[:120]!r}"
+        if found is None:
+            raise UserError(f"no {what} on this server")
+        self.own_session(client, found[1], what)
+
+    def model(self, client: str, model_id: str) -> TrainModel:
+        self.own_model_id(client, model_id)
         if model_id in self.models:
             return self.models[model_id]
         if self.store.model(model_id) is None:
@@ -87,18 +140,22 @@ class TinkerServer:
         )
 
     def checkpoint_dir(self, model_id: str, kind: str, name: str) -> tuple[str, Path]:
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", model_id)
+        safe = folder_name(model_id)
         segment = "weights" if kind == "training" else "sampler_weights"
         return (
             f"tinker://{model_id}/{segment}/{name}",
             self.config.state_dir / "checkpoints" / safe / segment / name,
         )
 
-    def resolve(self, path: str, kind: str) -> tuple[str, Path]:
+    def resolve(self, client: str, path: str, kind: str) -> tuple[str, Path]:
         found = self.store.checkpoint(path)
         if found is None:
             raise UserError(f"no checkpoint {path[:200]!r} on this server")
         model_id, got, directory = found
+        try:
+            self.own_model_id(client, model_id)
+        except UserError:
+            raise UserError(f"no checkpoint {path[:200]!r} on this server") from None
         if got != kind:
             want = "save_state" if kind == "training" else "save_weights_for_sampler"
             raise UserError(f"{path} is a {got} checkpoint; this call needs one written by {want}")
@@ -122,18 +179,24 @@ class TinkerServer:
     # -- running calls ----------------------------------------------------------------
 
     def start(
-        self, future: Future[Any], model_id: str | None = None, **extra: Any
+        self, client: str, future: Future[Any], model_id: str | None = None, **extra: Any
     ) -> dict[str, Any]:
-        return {"request_id": self.futures.add(future), "model_id": model_id, **extra}
+        return {"request_id": self.futures.add(client, future), "model_id": model_id, **extra}
 
-    def on_model(self, model_id: str, fn: Callable[[TrainModel], Any]) -> dict[str, Any]:
+    def failed(self, client: str, error: Exception, model_id: str | None = None) -> dict[str, Any]:
+        """A call answered with a request id whose future holds `error`."""
+        future: Future[Any] = Future()
+        future.set_exception(error)
+        return self.start(client, future, model_id)
+
+    def on_model(
+        self, client: str, model_id: str, fn: Callable[[TrainModel], Any]
+    ) -> dict[str, Any]:
         try:
-            m = self.model(model_id)
+            m = self.model(client, model_id)
         except UserError as e:
-            failed: Future[Any] = Future()
-            failed.set_exception(e)
-            return self.start(failed, model_id)
-        return self.start(m.submit(fn, m), model_id)
+            return self.failed(client, e, model_id)
+        return self.start(client, m.submit(fn, m), model_id)
 
     def build_model(self, spec: ModelSpec, session_id: str) -> TrainModel:
         if spec.model_id not in self.models and len(self.models) >= MAX_MODELS:
@@ -153,8 +216,12 @@ def model_info(srv: TinkerServer, model_id: str, spec: dict[str, Any]) -> dict[s
     return {
         "type": "get_info",
         "model_id": model_id,
-        "model_data": {"arch": "causal_lm", "model_name": srv.base, "tokenizer_id": srv.base},
-        "model_name": srv.base,
+        "model_data": {
+            "arch": "causal_lm",
+            "model_name": srv.config.model_name,
+            "tokenizer_id": srv.tokenizer_id(),
+        },
+        "model_name": srv.config.model_name,
         "is_lora": bool(spec["lora_rank"]),
         "lora_rank": spec["lora_rank"] or None,
     }

@@ -103,7 +103,7 @@ def test_train_save_sample_loop_with_futures(server: Server) -> None:
     assert np.allclose(np.asarray(full[1:])[mask], after[mask], atol=1e-3)
     # a named sampler checkpoint is also a model of the OpenAI API
     named = tc.save_weights_for_sampler("after-sft").result().path
-    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
     assert named in [m.id for m in oa.models.list().data]
     via_openai = oa.completions.create(model=named, prompt=ids[:3], max_tokens=8, temperature=0)  # type: ignore[arg-type]
     assert via_openai.choices[0].text == tok.decode(seq.tokens, skip_special_tokens=True)
@@ -350,7 +350,7 @@ def test_skyrl_eval_of_a_tinker_trained_checkpoint_matches_local_eval(
         tc.optim_step(types.AdamParams(learning_rate=3e-2)).result()
     path = tc.save_weights_for_sampler("answers-8").result().path
     folder = next((server.state_dir / "checkpoints").glob("*/sampler_weights/answers-8"))
-    env = {**os.environ, "HOME": str(tmp_path)}
+    env = {**os.environ, "HOME": str(tmp_path), "OPENAI_API_KEY": KEY}  # the checkpoint's client
     base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "6", "--no-tracking"]
     texts, reports = [], []
     for name, model in [("local", str(folder)), ("remote", f"openai:{path}@{server.url}/v1")]:
