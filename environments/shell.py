@@ -51,6 +51,7 @@ from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import (
     agent_timeout,
+    check_folder,
     load_harbor_task,
     read_reward,
     solution_env,
@@ -154,8 +155,7 @@ class ShellEnv(gym.Env):
         folder = Path(task_dir)
         if not (folder / "tests" / "test.sh").is_file():
             raise ValueError(f"task {task.id!r}: {folder} is not a Harbor task (no tests/test.sh)")
-        if self.task_dir is None:  # a task row names the folder: its files get the same checks
-            load_harbor_task(folder)
+        check_folder(folder)  # a task row names the folder without loading it
         verifier_timeout(task)  # a row's own limits are checked too
         agent_timeout(task)
         self.close()

@@ -49,6 +49,8 @@ __all__ = [
     "SPLITS",
     "SUITE_DIR",
     "agent_timeout",
+    "check_folder",
+    "check_links",
     "load_harbor_task",
     "load_suite",
     "read_reward",
@@ -126,8 +128,10 @@ def _check_numbers(config: dict[str, Any], where: Path) -> None:
         raise ValueError(f"{where}: {name} must be {accepted}, got {shown}")
 
 
-def _check_links(task_dir: Path) -> None:
-    """Refuse a symlink anywhere in the folder that resolves outside it (a host file)."""
+def check_links(task_dir: Path) -> None:
+    """ValueError (one sentence) for a symlink anywhere in the folder that resolves outside it:
+    a host file would become the prompt, the build context, the tests or the solution."""
+    task_dir = Path(task_dir).resolve()
     for folder, dirs, files in os.walk(task_dir):
         for name in dirs + files:
             path = Path(folder) / name
@@ -155,7 +159,7 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     task_dir = Path(task_dir).expanduser().resolve()
     if not task_dir.is_dir():
         raise ValueError(f"Harbor task folder {task_dir} does not exist")
-    _check_links(task_dir)
+    check_links(task_dir)
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no instruction.md")
@@ -169,25 +173,7 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     toml_path = task_dir / "task.toml"
     if not toml_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no task.toml")
-    try:
-        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
-    except ValueError as e:  # TOMLDecodeError, UnicodeDecodeError, an int over 4300 digits
-        raise ValueError(f"{toml_path} is not valid TOML ({e})") from None
-    _check_numbers(config, toml_path)
-    meta = _table(config, "metadata", toml_path)
-    tags = meta.get("tags", [])
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
-    verifier_table = _table(config, "verifier", toml_path)
-    verifier = verifier_table.get("timeout_sec")
-    agent = _table(config, "agent", toml_path).get("timeout_sec")
-    envs = {
-        name: _env_table(table, f"{toml_path}: [{name}.env]")
-        for name, table in (
-            ("verifier", verifier_table),
-            ("solution", _table(config, "solution", toml_path)),
-        )
-    }
+    meta, tags, verifier, agent, envs = _settings(toml_path)
     if split is not None and split not in SPLIT_NAMES:
         raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLIT_NAMES)}")
     return Task(
@@ -207,6 +193,43 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
             **{f"{name}_env": env for name, env in envs.items() if env},
         },
     )
+
+
+Settings = tuple[dict[str, Any], list[str], float | None, float | None, dict[str, dict[str, str]]]
+
+
+def _settings(toml_path: Path) -> Settings:
+    """(metadata, tags, verifier and agent timeout_sec, the verifier's and the solution's env)
+    of a task.toml, every number and env value checked; ValueError names what is wrong."""
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except ValueError as e:  # TOMLDecodeError, UnicodeDecodeError, an int over 4300 digits
+        raise ValueError(f"{toml_path} is not valid TOML ({e})") from None
+    _check_numbers(config, toml_path)
+    meta = _table(config, "metadata", toml_path)
+    tags = meta.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
+    verifier_table = _table(config, "verifier", toml_path)
+    verifier = verifier_table.get("timeout_sec")
+    agent = _table(config, "agent", toml_path).get("timeout_sec")
+    envs = {
+        name: _env_table(table, f"{toml_path}: [{name}.env]")
+        for name, table in (
+            ("verifier", verifier_table),
+            ("solution", _table(config, "solution", toml_path)),
+        )
+    }
+    return meta, tags, verifier, agent, envs
+
+
+def check_folder(task_dir: Path) -> None:
+    """The checks `load_harbor_task` makes of a folder's own files, for a task row that names
+    the folder without loading it: its symlinks, and its task.toml when it has one."""
+    task_dir = Path(task_dir).resolve()
+    check_links(task_dir)
+    if (task_dir / "task.toml").is_file():
+        _settings(task_dir / "task.toml")
 
 
 def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:

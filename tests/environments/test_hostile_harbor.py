@@ -169,6 +169,10 @@ def test_a_task_row_naming_a_folder_with_outside_links_is_refused_at_reset(tmp_p
     try:
         with pytest.raises(ValueError, match="outside the task folder"):
             env.reset(options={"task": row})
+        (root / "environment" / "leak.txt").unlink()
+        (root / "instruction.md").unlink()  # a row brings its own prompt: not needed
+        (root / "task.toml").unlink()
+        assert env.reset(options={"task": row})[0].startswith("x")
     finally:
         env.close()
 
