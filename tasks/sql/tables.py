@@ -1,7 +1,7 @@
 """The tables of a SQLite file, read with a plain read-only connection.
 
 For our own fixed statements on task databases (copying them to other drivers, writing a
-schema), never for an episode's queries: those go through `environments.sql_guard`.
+schema), never for an episode's queries: those go through the SQL environment's guard.
 """
 
 from __future__ import annotations
