@@ -468,7 +468,7 @@ def test_a_symlink_made_by_the_agent_does_not_lead_the_reset_out(
 def test_an_instance_id_cannot_write_logs_outside_the_output(
     calc: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    from skyrl_cli.swe_eval import save_result
+    from agents.eval_swe import save_result
 
     out = tmp_path / "deep" / "out"
     with pytest.raises(ValueError, match="instance_id"):
