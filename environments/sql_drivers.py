@@ -9,7 +9,9 @@ runs one query at a time there, so the worker's time kill and memory caps hold f
 
 - SQLite: `sql_guard.open_read_only` (`mode=ro`, `query_only`, authorizer, guarded builtins).
 - DuckDB: `read_only=True`, no external access (files, extensions, ATTACH), configuration
-  locked, one thread, a memory limit; `interrupt()` at the time limit.
+  locked, one thread, a memory limit; `interrupt()` at the time limit. Each query runs on
+  a connection of its own, closed after it: a read-only DuckDB still has a writable temp
+  catalog (and variables, a search path), and nothing left there outlives the query.
 - PostgreSQL: a role that is not a superuser (refused otherwise), every query in its own
   `READ ONLY` transaction with a `statement_timeout`, rolled back, then `DISCARD ALL`.
 
@@ -198,7 +200,7 @@ class DuckDBDriver:
         import duckdb
 
         self.error = duckdb.Error
-        self.conn = duckdb.connect(
+        self.db = duckdb.connect(
             target.location,
             read_only=True,
             config={
@@ -215,11 +217,15 @@ class DuckDBDriver:
     def execute(self, sql: str, time_limit_s: float, sink: RowSink) -> bytes:
         from environments.sql_guard import QueryError
 
-        timer = threading.Timer(time_limit_s, self.conn.interrupt)
+        # cursor(): a new connection to the open database, with its own temp catalog,
+        # variables and settings; closed below, so an episode's CREATE TEMP VIEW books (were
+        # it to pass the statement check) cannot shadow `books` for the next query or gold.
+        conn = self.db.cursor()
+        timer = threading.Timer(time_limit_s, conn.interrupt)
         deadline = time.monotonic() + time_limit_s
         timer.start()
         try:
-            cursor = self.conn.execute(sql)
+            cursor = conn.execute(sql)
             columns = [d[0] for d in cursor.description or ()]
             rows = iter(lambda: cursor.fetchone(), None)
             return sink(columns, (tuple(plain(v) for v in row) for row in rows))
@@ -237,6 +243,7 @@ class DuckDBDriver:
             raise QueryError(f"duckdb error: {_first_line(e)}") from None
         finally:
             timer.cancel()
+            conn.close()
 
 
 class PostgresDriver:
