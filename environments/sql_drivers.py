@@ -12,8 +12,12 @@ runs one query at a time there, so the worker's time kill and memory caps hold f
   locked, one thread, a memory limit; `interrupt()` at the time limit. Each query runs on
   a connection of its own, closed after it: a read-only DuckDB still has a writable temp
   catalog (and variables, a search path), and nothing left there outlives the query.
-- PostgreSQL: a role that is not a superuser (refused otherwise), every query in its own
-  `READ ONLY` transaction with a `statement_timeout`, rolled back, then `DISCARD ALL`.
+- PostgreSQL: a role that is not a superuser and may not run `set_config`, read other
+  sessions' activity or signal them (refused otherwise; `python -m tasks.sql.materialise`
+  revokes those), every query in its own `READ ONLY` transaction, rolled back, then
+  `DISCARD ALL`. One deadline bounds the whole read (every FETCH of the server-side cursor):
+  a watchdog cancels the query at the limit, the caller kills the worker soon after, and
+  `client_connection_check_interval` makes the server end a backend whose client is gone.
 
 Every driver returns rows in one format (`plain`): int, float, str, bytes or None.
 """
@@ -45,6 +49,18 @@ LABELS = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgresql": "PostgreSQL"}
 MEMORY_LIMIT = "256MB"
 """DuckDB's memory limit in a worker (the worker's address space is capped as well)."""
 _PG_PREFIXES = ("postgresql://", "postgres://")
+
+SESSION_FUNCTIONS = (
+    "set_config",
+    "pg_cancel_backend",
+    "pg_terminate_backend",
+    "pg_stat_get_activity",
+    "pg_stat_get_backend_activity",
+)
+"""Functions PUBLIC may no longer run in the database (every overload): a query that could
+call them would turn its own time limit off (`set_config('statement_timeout', '0', true)`),
+read other sessions' SQL (gold queries run on the same role) or cancel and terminate them.
+`PostgresDriver` refuses a reader that still may; `tasks.sql.materialise` revokes them."""
 
 
 @dataclass(frozen=True)
@@ -257,7 +273,9 @@ class PostgresDriver:
 
         self.psycopg = psycopg
         options = conninfo_to_dict(target.location).get("options") or ""
-        options = f"{options} -c default_transaction_read_only=on".strip()
+        options = (
+            f"{options} -c default_transaction_read_only=on -c client_connection_check_interval=1000"
+        ).strip()
         self.conn = psycopg.connect(
             make_conninfo(target.location, options=options, connect_timeout="10"),
             autocommit=True,
@@ -270,6 +288,20 @@ class PostgresDriver:
             raise QueryError(
                 "refusing to run queries as a PostgreSQL superuser; connect as a role that "
                 "may only SELECT (python -m tasks.sql.materialise creates one)"
+            )
+        allowed = self.conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'pg_catalog' AND p.proname = ANY(%s) "
+            "AND has_function_privilege(p.oid, 'EXECUTE') "
+            "UNION ALL SELECT 'pg_stat_activity' "
+            "WHERE has_table_privilege('pg_catalog.pg_stat_activity', 'SELECT')",
+            (list(SESSION_FUNCTIONS),),
+        ).fetchall()
+        if allowed:
+            raise QueryError(
+                f"the PostgreSQL role may run {', '.join(sorted({r[0] for r in allowed}))}, "
+                "so a query could lift its time limit or reach other sessions; rerun "
+                "python -m tasks.sql.materialise on the database (it revokes them)"
             )
         self.schema = target.schema
         if self.schema is not None:
@@ -289,6 +321,10 @@ class PostgresDriver:
         from environments.sql_guard import QueryError
 
         conn = self.conn
+        # One deadline for the whole read: statement_timeout restarts at every FETCH.
+        watchdog = threading.Timer(time_limit_s, conn.cancel_safe)
+        deadline = time.monotonic() + time_limit_s
+        watchdog.start()
         try:
             conn.execute("BEGIN READ ONLY")
             # SET LOCAL: a rolled-back transaction takes these (and any set_config) with it.
@@ -308,7 +344,7 @@ class PostgresDriver:
             raise
         except self.psycopg.Error as e:
             text = _first_line(e)
-            if "statement timeout" in text:
+            if "statement timeout" in text or time.monotonic() >= deadline:
                 raise QueryError(
                     f"the query was stopped at the {time_limit_s:g} s time limit"
                 ) from None
@@ -318,6 +354,7 @@ class PostgresDriver:
                 raise QueryError("the query ran out of memory") from None
             raise QueryError(f"postgresql error: {text}") from None
         finally:
+            watchdog.cancel()
             try:
                 conn.execute("ROLLBACK")
                 conn.execute("DISCARD ALL")  # session locks, prepared plans, settings

@@ -22,7 +22,7 @@ import pytest
 
 from environments import sql_guard
 from environments.sql import SQLEnv, run_query
-from environments.sql_drivers import DuckDBDriver, resolve_target
+from environments.sql_drivers import DuckDBDriver, PostgresDriver, resolve_target
 from environments.sql_guard import QueryError, check_read_only, encode_rows
 from tasks.sql.materialise import READER
 from tasks.task import Task
@@ -136,6 +136,20 @@ def test_postgres_one_deadline_bounds_the_whole_graded_read(postgres):
             break
         time.sleep(0.2)
     assert not sleeping, "the backend kept running after the time limit"
+
+
+def test_postgres_the_deadline_spans_every_fetch(postgres):
+    """Each FETCH of the server-side cursor stays under statement_timeout (64 rows of 12 ms),
+    ten of them do not: the watchdog stops the read at the one deadline, in the driver."""
+    driver = PostgresDriver(resolve_target("bookshop", postgres.reader_dsn))
+    slow = "SELECT i, pg_sleep(0.012)::text FROM generate_series(1, 640) s(i)"
+    start = time.monotonic()
+    with pytest.raises(QueryError, match="time limit"):
+        driver.execute(slow, 1.0, lambda columns, rows: encode_rows(columns, rows, 1000, 1 << 20))
+    assert time.monotonic() - start < 2.0
+    assert json.loads(driver.execute("SELECT 1", 5.0, lambda c, r: encode_rows(c, r, 9, 999)))[
+        "rows"
+    ] == [[1]]  # the connection is usable after
 
 
 def test_postgres_the_reader_cannot_turn_its_limits_off(postgres):
