@@ -95,7 +95,9 @@ def ray_address(tmp_path_factory):
             f"--port={port}",
             "--num-cpus=2",
             "--include-dashboard=false",
-            "--node-ip-address=127.0.0.1",
+            # not 127.0.0.1: Ray rewrites it (and localhost) to the machine's interface
+            # address, and the cluster's traffic would leave loopback
+            "--node-ip-address=127.0.0.2",
             "--disable-usage-stats",
             f"--temp-dir={temp_dir}",
         ],
@@ -103,11 +105,11 @@ def ray_address(tmp_path_factory):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    address = f"127.0.0.1:{port}"
+    address = f"127.0.0.2:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            socket.create_connection(("127.0.0.2", port), timeout=1).close()
             break
         except OSError:
             if proc.poll() is not None:

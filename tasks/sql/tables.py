@@ -28,3 +28,16 @@ def sqlite_tables(path: Path) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
         yield conn, names
     finally:
         conn.close()
+
+
+SESSION_FUNCTIONS = (
+    "set_config",
+    "pg_cancel_backend",
+    "pg_terminate_backend",
+    "pg_stat_get_activity",
+    "pg_stat_get_backend_activity",
+)
+"""Functions PUBLIC may no longer run in the database (every overload): a query that could
+call them would turn its own time limit off (`set_config('statement_timeout', '0', true)`),
+read other sessions' SQL (gold queries run on the same role) or cancel and terminate them.
+`PostgresDriver` refuses a reader that still may; `tasks.sql.materialise` revokes them."""
