@@ -130,11 +130,12 @@ class Container:
         return dest
 
     def fresh_dir(self, inner: str) -> None:
-        """Stale reward files go before the verifier runs, as in Harbor."""
-        self.run(["sh", "-c", f"mkdir -p {inner} && rm -f {inner}/reward.txt {inner}/reward.json"])
+        """The folder made anew, empty, before the verifier runs (nothing the agent left)."""
+        self.run(["sh", "-c", f"rm -rf {inner} && mkdir -p {inner}"])
 
-    def private(self, name: str, source: Path) -> list[str]:
-        """`source` copied to `/name` (tests/, solution/); Harbor's upload."""
+    def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
+        """`source` copied to `/name` (tests/, solution/); Harbor's upload (`sealed` has no
+        meaning here: the container's verifier runs as root, as in Harbor)."""
         self.copy_in(source, f"/{name}")
         return []
 
