@@ -94,6 +94,11 @@ class TrainModel:
         (directory / "spec.json").write_text(json.dumps(self.spec.__dict__))
 
     def load_state(self, directory: Path, with_optimizer: bool) -> None:
+        if (directory / "adapter.safetensors").is_file() and not (directory / "model").is_dir():
+            raise ValueError(
+                f"checkpoint {directory.name} is in the layout of an older skyrl serve "
+                "(adapter.safetensors); load it with that version and save it again"
+            )
         self.client.load_state(directory, optimizer=with_optimizer).result()
 
     def save_for_sampler(self, directory: Path) -> None:
