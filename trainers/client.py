@@ -7,8 +7,9 @@
 A `Datum` is Tinker's: the model's input tokens and, per target position, `loss_fn_inputs`
 (`target_tokens`, `weights` = the loss mask, `advantages`, `logprobs`). Gradients accumulate
 over `forward_backward` calls until `optim_step`. The backend behind the client implements
-`Learner` (the torch learner in `trainers/learner.py` first; FSDP2 or DeepSpeed next) and
-lives in this process (`Local`) or on a Ray actor (`trainers/placement.py`); every call
+`Learner` (the torch learner in `trainers/learner.py`; FSDP2 or DeepSpeed groups in
+`trainers/learner_dist.py`), is built from a `LearnerSpec` (never the whole run config),
+and lives in this process (`Local`) or on Ray actors (`trainers/placement.py`); every call
 returns a future, so an async schedule can overlap training with sampling.
 """
 
