@@ -11,8 +11,17 @@ weights for the engines) is checked by name (`load_weights`).
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
+
+_LOADING = threading.Lock()
+"""One `from_pretrained` at a time per process. transformers (5.x) loads inside context
+managers that patch class attributes for the whole process (`no_tie_weights` swaps
+`PreTrainedModel.tie_weights` for a no-op and restores what it found): two loads on two
+threads interleave, the later exit restores the no-op, and from then on every load of a
+model with tied embeddings lacks its `lm_head.weight` (skyrl serve's concurrent
+`create_model`)."""
 
 
 class WeightsError(ValueError):
@@ -55,9 +64,10 @@ def from_pretrained(path: str | Path, dtype: Any) -> Any:
     saved names differ from the model's (a Mixtral's per-expert tensors, fused in memory)."""
     from transformers import AutoModelForCausalLM
 
-    loaded: Any = AutoModelForCausalLM.from_pretrained(
-        str(path), dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
-    )
+    with _LOADING:
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True
+        )
     model, info = loaded
     if missing := sorted(info["missing_keys"]):
         raise WeightsError(

@@ -7,8 +7,9 @@
 A `Datum` is Tinker's: the model's input tokens and, per target position, `loss_fn_inputs`
 (`target_tokens`, `weights` = the loss mask, `advantages`, `logprobs`). Gradients accumulate
 over `forward_backward` calls until `optim_step`. The backend behind the client implements
-`Learner` (the torch learner in `trainers/learner.py` first; FSDP2 or DeepSpeed next) and
-lives in this process (`Local`) or on a Ray actor (`trainers/placement.py`); every call
+`Learner` (the torch learner in `trainers/learner.py`; FSDP2 or DeepSpeed groups in
+`trainers/learner_dist.py`), is built from a `LearnerSpec` (never the whole run config),
+and lives in this process (`Local`) or on Ray actors (`trainers/placement.py`); every call
 returns a future, so an async schedule can overlap training with sampling.
 """
 
@@ -16,9 +17,83 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from agents.sampling import APIFuture, Handle, SamplingClient
+from agents.sampling import APIFuture, Handle, Local, SamplingClient
+
+if TYPE_CHECKING:
+    from trainers.config import RunConfig
+
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """All a learner backend (torch, fsdp, deepspeed) reads: built once from the run config
+    (`learner_spec`) or by `skyrl serve` for a Tinker model, and sent to the learner's
+    process in place of the whole config. The defaults are the run config's."""
+
+    dtype: str = "float32"
+    """Compute dtype (`model.dtype`): autocast for the passes; trained weights stay fp32."""
+    threads: int = 0
+    """torch threads in the learner's process (`trainer.threads`); 0 = torch's default."""
+    seed: int = 0
+    """torch's seed before the model is built and before LoRA adapters are initialised."""
+    temperature: float = 1.0
+    """The sampler's temperature (`rollout.temperature`): policy log-probs use the same."""
+    micro_batch_size: int = 4
+    """Sequences per forward pass (`algorithm.micro_batch_size`)."""
+    mini_batch_size: int = 0
+    """Sequences per optimizer step (`algorithm.mini_batch_size`); 0 = all of a call. A
+    pass never holds more than this."""
+    lr: float = 1e-5
+    """The optimizer's learning rate until the first `optim_step` sets its own."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's betas until the first `optim_step` sets its own."""
+    weight_decay: float = 0.0
+    """AdamW's weight decay until the first `optim_step` sets its own."""
+    grad_clip: float = 1.0
+    """DeepSpeed's gradient clip (its engine clips; the others take it from `optim_step`)."""
+    strategy: str = "torch"
+    """`torch`, `fsdp` or `deepspeed` (`learner.strategy`)."""
+    num_workers: int = 1
+    """Learner processes in one torch.distributed group (`learner.num_workers`)."""
+    zero_stage: int = 2
+    """DeepSpeed ZeRO stage (`learner.zero_stage`)."""
+    lora_rank: int = 0
+    """LoRA adapter rank; 0 = full fine-tuning."""
+    lora_alpha: int = 32
+    """LoRA scale numerator: the update is B A * alpha / rank."""
+    lora_targets: tuple[str, ...] = ATTN + MLP
+    """Layers that get adapters (those the model has); `lm_head` unties tied embeddings so
+    the unembedding trains on its own."""
+    lora_modules_to_save: tuple[str, ...] = ()
+    """Small layers trained whole and saved with the adapter (peft's `modules_to_save`)."""
+
+
+def learner_spec(cfg: RunConfig) -> LearnerSpec:
+    """The learner's part of a run config."""
+    lora = cfg.learner.lora
+    return LearnerSpec(
+        dtype=cfg.model.dtype,
+        threads=cfg.trainer.threads,
+        seed=cfg.trainer.seed,
+        temperature=cfg.rollout.temperature,
+        micro_batch_size=cfg.algorithm.micro_batch_size,
+        mini_batch_size=cfg.algorithm.mini_batch_size,
+        lr=cfg.optim.lr,
+        betas=cfg.optim.betas,
+        weight_decay=cfg.optim.weight_decay,
+        grad_clip=cfg.optim.grad_clip,
+        strategy=cfg.learner.strategy,
+        num_workers=cfg.learner.num_workers,
+        zero_stage=cfg.learner.zero_stage,
+        lora_rank=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_targets=tuple(lora.target_modules),
+        lora_modules_to_save=tuple(lora.modules_to_save),
+    )
 
 
 @dataclass
@@ -113,7 +188,7 @@ class Learner(Protocol):
 
     def save_state(self, path: str) -> None: ...
 
-    def load_state(self, path: str) -> None: ...
+    def load_state(self, path: str, optimizer: bool = True) -> None: ...
 
 
 def micro_batches(prompt_keys: list[Any], size: int) -> list[list[int]]:
@@ -173,8 +248,13 @@ class TrainingClient:
         """Weights and optimizer state into the folder `path` (a checkpoint)."""
         return self.learner.call("save_state", str(Path(path).resolve()))
 
-    def load_state(self, path: str | Path) -> APIFuture[None]:
-        return self.learner.call("load_state", str(Path(path).resolve()))
+    def load_state(self, path: str | Path, optimizer: bool = True) -> APIFuture[None]:
+        """Restore what `save_state` wrote; `optimizer=False` loads the weights only and
+        starts the optimizer afresh."""
+        where = str(Path(path).resolve())
+        if optimizer:
+            return self.learner.call("load_state", where)
+        return self.learner.call("load_state", where, False)
 
     def save_weights_for_sampler(self, path: str | Path) -> APIFuture[None]:
         """The weights as an HF model folder a sampler can load (`SamplingClient.load_path`)."""
@@ -191,3 +271,10 @@ class TrainingClient:
         if self._sampler is None:
             raise ValueError("this training client has no sampler (a critic samples nothing)")
         return self._sampler
+
+
+def local_training_client(model_path: str | Path, spec: LearnerSpec) -> TrainingClient:
+    """A training client over a torch learner in this process (what `skyrl serve` trains)."""
+    from trainers.learner import TorchLearner
+
+    return TrainingClient(Local(TorchLearner(model_path, spec)))

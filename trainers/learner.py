@@ -28,8 +28,7 @@ from transformers import AutoTokenizer
 from agents.weights import WeightsError, from_pretrained, load_weights
 from trainers.algorithms import entropy_from_logits, value_loss
 from trainers.checkpoint import CheckpointError
-from trainers.client import AdamParams, Datum, ForwardBackwardOutput, micro_batches
-from trainers.config import RunConfig
+from trainers.client import AdamParams, Datum, ForwardBackwardOutput, LearnerSpec, micro_batches
 from trainers.estimators import rows
 from trainers.losses import policy_loss, sequence_weights
 
@@ -69,11 +68,11 @@ def _outputs(model: Any, logits: bool, keep_K: torch.Tensor, **inputs: Any) -> t
 class TorchLearner:
     """Single-process learner (CPU or one GPU)."""
 
-    def __init__(self, model_path: str | Path, cfg: RunConfig, value_head: bool = False) -> None:
-        if cfg.trainer.threads:
-            torch.set_num_threads(cfg.trainer.threads)
-        torch.manual_seed(cfg.trainer.seed)
-        self.cfg = cfg
+    def __init__(self, model_path: str | Path, spec: LearnerSpec, value_head: bool = False) -> None:
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        torch.manual_seed(spec.seed)
+        self.spec = spec
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         # One of `world` learner workers (trainers/learner_dist.py): this one runs every
         # world-th forward pass from `rank` and scales its loss so the group's summed
@@ -87,7 +86,7 @@ class TorchLearner:
         # Trained weights stay float32 (the master copy) and the forward runs under autocast
         # in model.dtype: an AdamW step of ~lr = 1e-5 is below bf16's resolution for most
         # weights, so bf16 weights stepped in place would mostly not move.
-        self.compute_dtype = _DTYPES[cfg.model.dtype]
+        self.compute_dtype = _DTYPES[spec.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, torch.float32)
         # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
@@ -105,38 +104,45 @@ class TorchLearner:
             self.head.to(self.device)
             body = getattr(model, model.base_model_prefix)
             self.params = [*body.parameters(), *self.head.parameters()]
-        self.lora = bool(cfg.learner.lora.rank) and not value_head
+        self.lora = bool(spec.lora_rank) and not value_head
         """The policy trains LoRA adapters (peft) on frozen base weights."""
         if self.lora:
             self._add_lora()
         self.reset_optimizer()
 
     def _add_lora(self) -> None:
-        """Wrap the model with peft adapters on the configured layers; only they train."""
+        """Wrap the model with peft adapters on the spec's layers (those it has); only they
+        train. An adapter on `lm_head` unties tied embeddings first, so the unembedding
+        trains on its own and the merged weights keep its update."""
         from peft import LoraConfig, get_peft_model
 
-        lc = self.cfg.learner.lora
-        present = {name.rsplit(".", 1)[-1] for name, _ in self.model.named_modules()}
-        targets = [t for t in lc.target_modules if t in present]
+        s, model = self.spec, self.model
+        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        targets = [t for t in s.lora_targets if t in present]
         if not targets:
             raise ValueError(
-                f"the model has none of learner.lora.target_modules ({', '.join(lc.target_modules)})"
+                f"the model has none of the LoRA target layers ({', '.join(s.lora_targets)})"
             )
+        head = model.get_output_embeddings()
+        if "lm_head" in targets and head is not None and model.config.tie_word_embeddings:
+            head.weight = torch.nn.Parameter(head.weight.detach().clone())
+            model.config.tie_word_embeddings = False
+        torch.manual_seed(s.seed)  # the adapters' initial values, whatever loading drew
         config = LoraConfig(
-            r=lc.rank,
-            lora_alpha=lc.alpha,
+            r=s.lora_rank,
+            lora_alpha=s.lora_alpha,
             target_modules=targets,
             lora_dropout=0.0,
-            modules_to_save=lc.modules_to_save or None,
+            modules_to_save=list(s.lora_modules_to_save) or None,
         )
-        self.model = get_peft_model(self.model, config).eval()
+        self.model = get_peft_model(model, config).eval()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW (its hyper-parameters come with every `optim_step`)."""
-        o = self.cfg.optim
+        s = self.spec
         self.opt = torch.optim.AdamW(
-            self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay
+            self.params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay
         )
 
     # -- log-probs -----------------------------------------------------------------
@@ -154,7 +160,7 @@ class TorchLearner:
         temperature defaults to the sampler's (RL ratios must use the distribution the
         engine sampled from); supervised steps pass 1.
         """
-        t = self.cfg.rollout.temperature if temperature is None else temperature
+        t = self.spec.temperature if temperature is None else temperature
         logits_N_V, targets_N, seq_N = self._loss_outputs(model, batch, logits=True)
         logits_N_V = logits_N_V.float() / t
         logp_N_V = torch.log_softmax(logits_N_V, dim=-1)
@@ -340,7 +346,7 @@ class TorchLearner:
         share a prompt, so micro-batches are plain runs of `micro_batch_size`."""
         tokens = max(1, sum(s.n_loss for s in batch))
         norm = tokens if c.get("loss_agg") == "token-mean" else 1
-        size = self.cfg.algorithm.micro_batch_size
+        size = self.spec.micro_batch_size
         total = 0.0
         outputs: list[dict[str, list[float]]] = []
         plan = [list(range(i, min(i + size, len(batch)))) for i in range(0, len(batch), size)]
@@ -386,7 +392,7 @@ class TorchLearner:
         return self.head(hidden_N_H.to(self.head.weight.dtype)).float()[:, 0]
 
     def _micro(self, batch: list[Sample]) -> list[list[int]]:
-        a = self.cfg.algorithm
+        a = self.spec
         keys = [(s.prompt_len, tuple(s.token_ids[: s.prompt_len])) for s in batch]
         size = min(a.micro_batch_size, a.mini_batch_size or a.micro_batch_size)
         return self._mine(micro_batches(keys, size))
@@ -481,12 +487,13 @@ class TorchLearner:
             )
         set_peft_model_state_dict(self.model, saved)
 
-    def load_state(self, directory: str | Path) -> None:
-        """Restore what `save_state` wrote; CheckpointError, with nothing changed, when a
-        weight is missing (tied ones aside) or the optimizer is unreadable."""
+    def load_state(self, directory: str | Path, optimizer: bool = True) -> None:
+        """Restore what `save_state` wrote (`optimizer=False`: the weights only, and a fresh
+        optimizer); CheckpointError, with nothing changed, when a weight is missing (tied
+        ones aside) or the optimizer is unreadable."""
         d = Path(directory)
         if self.head is not None:
-            state = torch.load(d / "critic.pt", map_location=self.device, weights_only=False)
+            state = torch.load(d / "critic.pt", map_location=self.device, weights_only=True)
             self.model.load_state_dict(state["model"])
             self.head.load_state_dict(state["head"])
             self.opt.load_state_dict(state["optimizer"])
@@ -499,15 +506,22 @@ class TorchLearner:
             )
         if self.lora:
             self._load_adapter(d / "model")
-            extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+            if not optimizer:
+                self.reset_optimizer()
+                return
+            extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=True)
             self.opt.load_state_dict(extra["optimizer"])
             return
         try:  # read through transformers (saved names may differ from in-memory ones)
             saved = from_pretrained(d / "model", torch.float32).state_dict()
-            extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=False)
+            if optimizer:
+                extra = torch.load(d / "optimizer.pt", map_location=self.device, weights_only=True)
             load_weights(self.model, saved)
         except WeightsError as e:
             raise CheckpointError(str(e)) from None
+        if not optimizer:
+            self.reset_optimizer()
+            return
         if "full_optimizer" in extra:  # a learner group's (trainers/learner_dist.py): by name
             names = [n for n, _ in self.model.named_parameters()]
             full = extra["full_optimizer"]

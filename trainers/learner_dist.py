@@ -28,8 +28,7 @@ import torch.distributed as dist
 
 from agents.weights import WeightsError, from_pretrained
 from trainers.checkpoint import CheckpointError
-from trainers.client import AdamParams, Datum, ForwardBackwardOutput
-from trainers.config import RunConfig
+from trainers.client import AdamParams, Datum, ForwardBackwardOutput, LearnerSpec
 from trainers.learner import TorchLearner
 
 FULL_OPTIMIZER = "full_optimizer"
@@ -54,11 +53,11 @@ def open_store(host: str, world: int) -> tuple[dist.TCPStore, int]:
 class DistLearner:
     """One worker of a learner group; the driver calls every worker with the same call."""
 
-    def __init__(self, model_path: str | Path, cfg: RunConfig, rank: int, world: int) -> None:
-        self.core = TorchLearner(model_path, cfg)
+    def __init__(self, model_path: str | Path, spec: LearnerSpec, rank: int, world: int) -> None:
+        self.core = TorchLearner(model_path, spec)
         self.core.rank, self.core.world = rank, world
-        self.rank, self.world, self.cfg = rank, world, cfg
-        self.strategy = cfg.learner.strategy
+        self.rank, self.world, self.spec = rank, world, spec
+        self.strategy = spec.strategy
         self.param_names = [n for n, _ in self.core.model.named_parameters()]
         self.engine: Any = None
         {"torch": self._setup_torch, "fsdp": self._setup_fsdp, "deepspeed": self._setup_ds}[
@@ -97,14 +96,14 @@ class DistLearner:
         from trainers.op_build import guard_op_builds
 
         guard_op_builds()  # a build killed in an earlier run must not wedge this one
-        core, o = self.core, self.cfg.optim
+        core, o = self.core, self.spec
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
         config = {
             "train_micro_batch_size_per_gpu": 1,
             "gradient_accumulation_steps": 1,
             # backward() accumulates, step() is the boundary: any number of passes a step
             "managed_gradient_accumulation": False,
-            "zero_optimization": {"stage": self.cfg.learner.zero_stage},
+            "zero_optimization": {"stage": o.zero_stage},
             "gradient_clipping": o.grad_clip,
             # bf16 weights for the passes, fp32 master weights and moments in the optimizer
             "bf16": {"enabled": core.compute_dtype == torch.bfloat16},
@@ -276,12 +275,17 @@ class DistLearner:
         out = {k: v.detach().float().cpu() for k, v in out.items()}
         return {"step": float(step), **out} if self.rank == 0 else None
 
-    def load_state(self, directory: str | Path) -> None:
-        """What any group (or worker count) saved; CheckpointError when it does not fit."""
+    def load_state(self, directory: str | Path, optimizer: bool = True) -> None:
+        """What any group (or worker count) saved; CheckpointError when it does not fit.
+        `optimizer=False`: the weights only, and a fresh optimizer."""
         d = Path(directory)
         try:
             saved = from_pretrained(d / "model", torch.float32).state_dict()
-            extra = torch.load(d / "optimizer.pt", map_location="cpu", weights_only=False)
+            extra = (
+                torch.load(d / "optimizer.pt", map_location="cpu", weights_only=False)
+                if optimizer
+                else {FULL_OPTIMIZER: {}}
+            )
         except WeightsError as e:
             raise CheckpointError(str(e)) from None
         if FULL_OPTIMIZER in extra:
@@ -296,6 +300,8 @@ class DistLearner:
         for name, p, _ in self._weights():
             if name in saved:
                 self._set(p, saved[name], moments.get(name))
+        if not optimizer:
+            self.reset_optimizer()
 
     def _set(self, p: Any, value: torch.Tensor, moments: dict[str, Any] | None) -> None:
         """One parameter's weight (master and working copy) and its Adam state."""
@@ -306,7 +312,7 @@ class DistLearner:
             from deepspeed.utils import safe_set_full_fp32_param, safe_set_full_optimizer_state
 
             with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
-                if self.rank == 0 or self.cfg.learner.zero_stage < 3:
+                if self.rank == 0 or self.spec.zero_stage < 3:
                     p.data.copy_(value.to(p.dtype))
             if p.requires_grad:
                 safe_set_full_fp32_param(p, value)

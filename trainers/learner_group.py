@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainers.client import ForwardBackwardOutput
-from trainers.config import RunConfig
+from trainers.client import ForwardBackwardOutput, LearnerSpec
 
 
 class _Member:
@@ -39,11 +38,11 @@ class _Member:
         self.store, port = open_store(host, world)
         return host, port
 
-    def setup(self, model_path: str, cfg: RunConfig, host: str, port: int, rank: int) -> bool:
+    def setup(self, model_path: str, spec: LearnerSpec, host: str, port: int, rank: int) -> bool:
         from trainers.learner_dist import DistLearner, join_group
 
-        join_group(host, port, rank, cfg.learner.num_workers)
-        self.backend = DistLearner(model_path, cfg, rank, cfg.learner.num_workers)
+        join_group(host, port, rank, spec.num_workers)
+        self.backend = DistLearner(model_path, spec, rank, spec.num_workers)
         return True
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -105,26 +104,29 @@ def extension_dir() -> str:
     return os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache/torch_extensions")
 
 
-def learner_group(cfg: RunConfig, model_path: str, threads: int) -> GroupHandle:
-    """Start `learner.num_workers` actors and join them into one group; each builds its
-    learner while the caller goes on (its calls queue behind that). `ray.placement=split`
-    first reserves one device per worker on one node (a placement group)."""
+def learner_group(
+    spec: LearnerSpec, model_path: str, threads: int, placement: str = "colocated"
+) -> GroupHandle:
+    """Start `spec.num_workers` actors and join them into one group; each builds its
+    learner from the spec while the caller goes on (its calls queue behind that).
+    `placement="split"` (`ray.placement`) first reserves one device per worker on one node
+    (a placement group)."""
     import importlib.util
 
     import ray
 
-    if cfg.learner.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+    if spec.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ValueError(
             "learner.strategy=deepspeed needs the deepspeed package: pip install 'skyrl[deepspeed]'"
         )
     env = {"TORCH_EXTENSIONS_DIR": extension_dir(), "DS_ACCELERATOR": _accelerator()}
-    n = cfg.learner.num_workers
+    n = spec.num_workers
     member = ray.remote(_Member)
     # colocated: workers share the CPUs with the engines; on GPUs each holds one (NCCL
     # cannot put two ranks on one device)
     gpus = 1 if ray.cluster_resources().get("GPU") else 0
     options: list[dict[str, Any]] = [{"num_cpus": 0, "num_gpus": gpus}] * n
-    if cfg.ray.placement == "split":
+    if placement == "split":
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -148,7 +150,7 @@ def learner_group(cfg: RunConfig, model_path: str, threads: int) -> GroupHandle:
         for r in range(n)
     ]
     host, port = ray.get(actors[0].open_store.remote(n))
-    setup = [a.setup.remote(model_path, cfg, host, port, r) for r, a in enumerate(actors)]
+    setup = [a.setup.remote(model_path, spec, host, port, r) for r, a in enumerate(actors)]
     return GroupHandle(actors, setup)
 
 

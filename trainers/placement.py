@@ -18,7 +18,7 @@ from typing import Any
 from agents.replicas import Replicas
 from agents.sampling import Local, SamplingClient
 from trainers.algorithm_table import ALGORITHMS
-from trainers.client import TrainingClient
+from trainers.client import LearnerSpec, TrainingClient, learner_spec
 from trainers.config import RunConfig
 from trainers.progress import phase
 
@@ -90,10 +90,16 @@ def _threads(cfg: RunConfig) -> int:
     return cfg.trainer.threads or os.cpu_count() or 1
 
 
-def _build(kind: str, model_path: str, cfg: RunConfig) -> Any:
-    """A backend object (imports happen where it runs: in a Ray worker, not the driver)."""
+def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
+    """A backend object (imports happen where it runs: in a Ray worker, not the driver): a
+    learner or critic from its spec, an engine or the reference from the run config."""
     import torch
 
+    if isinstance(cfg, LearnerSpec):
+        from trainers.learner import TorchLearner
+
+        torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+        return TorchLearner(model_path, cfg, value_head=kind == "critic")
     torch.set_num_threads(_threads(cfg))
     if kind == "engine" and cfg.rollout.engine == "vllm":
         from agents.engine_vllm import VLLMEngine
@@ -105,15 +111,13 @@ def _build(kind: str, model_path: str, cfg: RunConfig) -> Any:
         from agents.engine_hf import HFEngine
 
         return HFEngine(model_path, dtype=cfg.model.dtype, threads=_threads(cfg))
-    from trainers.learner import TorchLearner
-
-    return TorchLearner(model_path, cfg, value_head=kind == "critic")
+    raise ValueError(f"no backend of kind {kind!r}")
 
 
 class _Worker:
     """A Ray actor holding one backend; `call` runs any of its methods."""
 
-    def __init__(self, kind: str, model_path: str, cfg: RunConfig) -> None:
+    def __init__(self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> None:
         self.backend = _build(kind, model_path, cfg)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -175,10 +179,12 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         if importlib.util.find_spec("vllm") is None:  # before Ray starts: one sentence
             raise VLLMMissing(MISSING)
     group = cfg.learner.strategy != "torch" or cfg.learner.num_workers > 1
+    spec = learner_spec(cfg)  # what the learner and critic read: all that crosses to them
+    made_of = lambda kind: spec if kind in ("learner", "critic") else cfg  # noqa: E731
     if local and group:
         raise ValueError("learner.num_workers > 1 and fsdp/deepspeed run on Ray, not in-process")
     if local:
-        make: Any = lambda kind: Local(_build(kind, str(model_path), cfg))  # noqa: E731
+        make: Any = lambda kind: Local(_build(kind, str(model_path), made_of(kind)))  # noqa: E731
     else:
         import ray
 
@@ -195,7 +201,7 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
             if kind == "learner" and group:  # N actors in one torch.distributed group
                 from trainers.learner_group import learner_group
 
-                return learner_group(cfg, str(model_path), _threads(cfg))
+                return learner_group(spec, str(model_path), _threads(cfg), cfg.ray.placement)
             # async: an engine takes new weights while it decodes (agents/engine_hf.py), and
             # several batches decode at once, so its calls run on threads
             threaded = kind == "engine" and cfg.trainer.schedule == "async"
@@ -204,7 +210,9 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
                 from trainers.learner_group import engine_options
 
                 opts |= engine_options()
-            handles.append(_RayHandle(actor.options(**opts).remote(kind, str(model_path), cfg)))
+            handles.append(
+                _RayHandle(actor.options(**opts).remote(kind, str(model_path), made_of(kind)))
+            )
             return handles[-1]
 
     entry = ALGORITHMS[cfg.algorithm.name]

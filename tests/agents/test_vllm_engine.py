@@ -17,7 +17,7 @@ from agents.engine_vllm import VLLMEngine  # noqa: E402
 from agents.models import resolve_model  # noqa: E402
 from agents.replicas import Replicas  # noqa: E402
 from agents.sampling import Local, SamplingClient  # noqa: E402
-from trainers.client import Datum  # noqa: E402
+from trainers.client import Datum, learner_spec  # noqa: E402
 from trainers.config import build_config  # noqa: E402
 from trainers.learner import TorchLearner  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_sampled_logprobs_agree_with_the_learner(engine, tiny):
     cfg = build_config(
         [{"model": {"name": "tiny"}, "rollout": {"temperature": temperature}}], env_name="math"
     )
-    learner = TorchLearner(tiny, cfg)
+    learner = TorchLearner(tiny, learner_spec(cfg))
     results = engine.generate(REQUESTS, temperature=temperature)
     data = [
         Datum.from_sequence(

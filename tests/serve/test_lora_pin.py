@@ -30,7 +30,12 @@ def test_lora_adapter_tensors_are_pinned(server: Server) -> None:
     path = tc.save_state("pin").result().path
     with sqlite3.connect(server.state_dir / "serve.db") as db:
         (folder,) = db.execute("SELECT dir FROM checkpoints WHERE path = ?", (path,)).fetchone()
-    adapter = load_file(str(Path(folder) / "adapter.safetensors"))
+    # the learner's checkpoint layout since issue 32 (serve's own before): the same tensors
+    saved = [
+        Path(folder) / "model" / "adapter_model.safetensors",
+        Path(folder) / "adapter.safetensors",
+    ]
+    adapter = load_file(str(next(f for f in saved if f.is_file())))
     got = {
         "losses": losses,
         "tensors": {

@@ -17,18 +17,19 @@ pytestmark = [
 def test_two_gpu_workers_step_like_one_gpu(ray_address, strategy, stage):
     from agents.models import resolve_model
     from tests.trainers.test_distributed_learners import ADAM, _batch, _cfg, _one_update
+    from trainers.client import learner_spec
     from trainers.learner import TorchLearner
     from trainers.learner_group import learner_group
     from trainers.placement import start_ray
 
     tiny = resolve_model("tiny", quiet=True)
     torch.backends.cuda.matmul.allow_tf32 = False
-    alone = TorchLearner(tiny, _cfg())
+    alone = TorchLearner(tiny, learner_spec(_cfg()))
     alone.forward_backward(_batch(), "ppo", {"clip_low": 0.2, "clip_high": 0.2})
     alone.optim_step(ADAM)
     want = alone.state_dict()
     start_ray(ray_address)
-    group = learner_group(_cfg(strategy, 2, stage), str(tiny), threads=4)
+    group = learner_group(learner_spec(_cfg(strategy, 2, stage)), str(tiny), threads=4)
     _one_update(group.call, _batch())
     got = group.call("state_dict").result()
     worst = max((got[k].float() - want[k].float().cpu()).abs().max().item() for k in got)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agents.models import resolve_model
-from trainers.client import AdamParams, Datum
+from trainers.client import AdamParams, Datum, learner_spec
 from trainers.config import build_config
 from trainers.learner import TorchLearner
 
@@ -80,7 +80,7 @@ def _one_update(handle_call, data):
 @pytest.fixture(scope="module")
 def reference(tiny, tmp_path_factory):
     """The one-process learner: weights after one and two updates, and a checkpoint after one."""
-    learner = TorchLearner(tiny, _cfg())
+    learner = TorchLearner(tiny, learner_spec(_cfg()))
     out = _one_update(lambda m, *a: _Done(getattr(learner, m)(*a)), _batch())
     first = _floats(learner.state_dict())
     moments = {
@@ -117,12 +117,12 @@ def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy
     from trainers.learner_group import learner_group
 
     want_out, want, want_moments, torch_ckpt, want_second = reference
-    group = learner_group(_cfg(strategy, 2, stage), str(tiny), threads=2)
+    group = learner_group(learner_spec(_cfg(strategy, 2, stage)), str(tiny), threads=2)
     out = _one_update(group.call, _batch())
     # the engine's copy: gathered into rank 0 alone
     got, other = ray_driver.get([a.call.remote("state_dict") for a in group.actors])
     assert other is None
-    initial = _floats(TorchLearner(tiny, _cfg()).state_dict())
+    initial = _floats(TorchLearner(tiny, learner_spec(_cfg())).state_dict())
     assert _worst(got, initial) > 1e-4  # the update moved the weights
     assert _worst(got, want) < 1e-5, f"{strategy} ZeRO-{stage}"
     for a, b in zip(out.loss_fn_outputs, want_out.loss_fn_outputs, strict=True):
@@ -131,7 +131,7 @@ def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy
 
     # the group's checkpoint (full tensors) loads into the one-process learner: same moments
     group.call("save_state", str(tmp_path)).result()
-    alone = TorchLearner(tiny, _cfg())
+    alone = TorchLearner(tiny, learner_spec(_cfg()))
     alone.load_state(tmp_path)
     assert _worst(_floats(alone.state_dict()), want) < 1e-5
     for n, p in alone.model.named_parameters():
@@ -177,15 +177,15 @@ def test_bf16_keeps_fp32_master_weights(ray_driver, tiny, strategy, tmp_path):
         call("forward_backward", _batch(), "ppo", {"clip_low": 0.2, "clip_high": 0.2}).result()
         call("optim_step", small).result()
 
-    fp32 = TorchLearner(tiny, _cfg())
+    fp32 = TorchLearner(tiny, learner_spec(_cfg()))
     update(lambda m, *a: _Done(getattr(fp32, m)(*a)))
     want = _master_delta(fp32.save_weights, tiny, tmp_path / "fp32")
     if strategy == "torch":
-        learner = TorchLearner(tiny, _cfg(dtype="bfloat16"))
+        learner = TorchLearner(tiny, learner_spec(_cfg(dtype="bfloat16")))
         update(lambda m, *a: _Done(getattr(learner, m)(*a)))
         got = _master_delta(learner.save_weights, tiny, tmp_path / "bf16")
     else:
-        group = learner_group(_cfg(strategy, 2, 2, "bfloat16"), str(tiny), threads=2)
+        group = learner_group(learner_spec(_cfg(strategy, 2, 2, "bfloat16")), str(tiny), threads=2)
         update(group.call)
         got = _master_delta(
             lambda d: group.call("save_weights", d).result(), tiny, tmp_path / "bf16"

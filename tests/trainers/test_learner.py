@@ -11,7 +11,7 @@ import torch
 from agents.models import resolve_model
 from agents.trajectory import Trajectory
 from trainers.algorithms import AdaptiveKLController, FixedKLController
-from trainers.client import AdamParams, Datum
+from trainers.client import AdamParams, Datum, learner_spec
 from trainers.config import build_config
 from trainers.learner import Sample, TorchLearner
 from trainers.placement import place
@@ -56,7 +56,9 @@ def _grads(learner, batch, shared):
 
 
 def test_shared_prefix_matches_plain_forward_and_gradients(tiny):
-    learner = TorchLearner(tiny, build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    learner = TorchLearner(
+        tiny, learner_spec(build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    )
     batch = _group()
     lp_plain, g_plain = _grads(learner, batch, shared=False)
     lp_shared, g_shared = _grads(learner, batch, shared=True)
@@ -71,7 +73,7 @@ def test_micro_batches_follow_groups(tiny):
     cfg = build_config(
         [{"model": {"name": "tiny"}, "algorithm": {"micro_batch_size": 2}}], env_name="math"
     )
-    learner = TorchLearner(tiny, cfg)
+    learner = TorchLearner(tiny, learner_spec(cfg))
     a, b = _group(prompt_len=12), _group(prompt_len=10)
     sizes = [len(mb) for mb in learner._micro(a + b)]
     assert sizes == [2, 1, 2, 1]
@@ -263,7 +265,7 @@ def test_sft_loss_is_at_temperature_one_whatever_the_sampling_temperature(tiny):
     cfg = build_config(
         [{"model": {"name": "tiny"}, "rollout": {"temperature": 0.5}}], env_name="math"
     )
-    learner = TorchLearner(tiny, cfg)
+    learner = TorchLearner(tiny, learner_spec(cfg))
     batch = _group()
     nll = -torch.cat([_direct_logprobs(learner.model, s) for s in batch])
     data = [Datum.from_sequence(s.token_ids, s.loss_mask, s.prompt_len) for s in batch]
@@ -296,7 +298,7 @@ def test_dropout_is_off_for_logprobs_and_the_update(tiny_dropout):
 
 def test_the_critic_reads_values_without_dropout(tiny_dropout):
     cfg = build_config([{"model": {"name": "tiny"}, "algorithm": {"name": "ppo"}}], env_name="math")
-    critic = TorchLearner(tiny_dropout, cfg, value_head=True)
+    critic = TorchLearner(tiny_dropout, learner_spec(cfg), value_head=True)
     assert critic.head is not None
     torch.nn.init.normal_(critic.head.weight)  # zero-initialised: make values vary
     batch = _group()
@@ -377,7 +379,7 @@ def test_learner_engine_and_model_forward_agree_on_logprobs(tiny, tmp_path, buil
     cfg = build_config(
         [{"model": {"name": "tiny"}, "rollout": {"temperature": temperature}}], env_name="math"
     )
-    learner = TorchLearner(folder, cfg)
+    learner = TorchLearner(folder, learner_spec(cfg))
     # the group of three goes through the shared-prompt forward, the fourth through the plain one
     assert [len(mb) for mb in learner._micro(batch)] == [3, 1]
     data = [Datum.from_sequence(s.token_ids, s.loss_mask, s.prompt_len) for s in batch]
@@ -464,13 +466,13 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
 
     base = _mixtral(tmp_path / "base", seed=0)
     cfg = build_config([{"model": {"name": "tiny"}, "algorithm": {"kl_coef": 0.01}}], "math")
-    learner = TorchLearner(base, cfg)
+    learner = TorchLearner(base, learner_spec(cfg))
     with torch.no_grad():
         for p in learner.model.parameters():
             p.add_(0.5)
     learner.save_state(tmp_path / "ckpt")
     learner.save_weights(tmp_path / "reference")  # the reference := the moved policy
-    other, reference = TorchLearner(base, cfg), HFEngine(base)
+    other, reference = TorchLearner(base, learner_spec(cfg)), HFEngine(base)
     other.load_state(tmp_path / "ckpt")
     reference.load(tmp_path / "reference", 0)
     want = learner.model.state_dict()
@@ -482,7 +484,7 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
     tensors = load_file(str(weights))
     gate = "model.layers.0.block_sparse_moe.gate.weight"
     save_file({k: v for k, v in tensors.items() if k != gate}, str(weights), {"format": "pt"})
-    fresh = TorchLearner(base, cfg)
+    fresh = TorchLearner(base, learner_spec(cfg))
     before = {k: v.clone() for k, v in fresh.model.state_dict().items()}
     with pytest.raises(CheckpointError, match="lack 1 of the model's tensors"):
         fresh.load_state(tmp_path / "ckpt")
@@ -498,7 +500,7 @@ def test_a_mixtral_checkpoint_reloads_whole_or_is_refused(tmp_path):
         HFEngine(base).load(tmp_path / "reference", 0)
     # nor does training start from a model folder that lacks weights
     with pytest.raises(WeightsError, match="lack"):
-        TorchLearner(_without(base, tmp_path / "no-gate", gate), cfg)
+        TorchLearner(_without(base, tmp_path / "no-gate", gate), learner_spec(cfg))
 
 
 def test_a_checkpoint_from_before_the_redesign_resumes_its_counters(tiny, tmp_path):
@@ -549,9 +551,10 @@ def test_saving_a_checkpoint_does_not_import_deepspeed(tmp_path):
         "import sys\n"
         "from agents.models import resolve_model\n"
         "from trainers.config import build_config\n"
+        "from trainers.client import learner_spec\n"
         "from trainers.learner import TorchLearner\n"
         "cfg = build_config([{'model': {'name': 'tiny'}}], env_name='math')\n"
-        "learner = TorchLearner(resolve_model('tiny', quiet=True), cfg)\n"
+        "learner = TorchLearner(resolve_model('tiny', quiet=True), learner_spec(cfg))\n"
         f"learner.save_state({str(tmp_path)!r})\n"
         "print('deepspeed' in sys.modules)\n"
     )

@@ -14,7 +14,7 @@ from agents.engine_hf import HFEngine
 from agents.models import resolve_model
 from agents.weights import from_pretrained
 from trainers.checkpoint import CheckpointError
-from trainers.client import AdamParams, Datum
+from trainers.client import AdamParams, Datum, learner_spec
 from trainers.config import RunConfig
 from trainers.learner import TorchLearner
 
@@ -49,7 +49,7 @@ def _data():
 
 
 def test_lora_trains_only_adapters_and_the_engine_scores_as_the_learner(tiny, tmp_path):
-    learner = TorchLearner(tiny, _cfg(4))
+    learner = TorchLearner(tiny, learner_spec(_cfg(4)))
     before = {k: v.detach().clone() for k, v in learner.model.named_parameters()}
     seqs, data = _data()
     old = [o["logprobs"] for o in learner.forward(data).loss_fn_outputs]
@@ -75,7 +75,7 @@ def test_lora_trains_only_adapters_and_the_engine_scores_as_the_learner(tiny, tm
     # the checkpoint holds the adapter (a fraction of the model), and loads back
     learner.save_state(tmp_path / "ckpt")
     assert (tmp_path / "ckpt/model/adapter_config.json").is_file()
-    again = TorchLearner(tiny, _cfg(4))
+    again = TorchLearner(tiny, learner_spec(_cfg(4)))
     again.load_state(tmp_path / "ckpt")
     state, loaded = learner.state_dict(), again.state_dict()
     assert all(torch.equal(state[k], loaded[k]) for k in state)
@@ -86,9 +86,9 @@ def test_lora_trains_only_adapters_and_the_engine_scores_as_the_learner(tiny, tm
     assert all(torch.allclose(merged[k], state[k]) for k in merged)
     # a full-model learner refuses the adapter checkpoint, and the other way round
     with pytest.raises(CheckpointError, match="LoRA adapter"):
-        TorchLearner(tiny, _cfg(0)).load_state(tmp_path / "ckpt")
+        TorchLearner(tiny, learner_spec(_cfg(0))).load_state(tmp_path / "ckpt")
     with pytest.raises(CheckpointError, match="does not fit"):
-        TorchLearner(tiny, _cfg(8)).load_state(tmp_path / "ckpt")
+        TorchLearner(tiny, learner_spec(_cfg(8))).load_state(tmp_path / "ckpt")
 
 
 def test_lora_with_a_learner_group_is_refused_in_one_sentence(tmp_path):
@@ -137,7 +137,7 @@ def test_lora_run_learns_the_toy_task_with_a_small_checkpoint(tmp_path, ray_addr
 
     # the learner's part of the checkpoint against a full-model learner's (weights + Adam)
     ckpt = run / "checkpoints" / "step-000030"
-    full_learner = TorchLearner(resolve_model("tiny", quiet=True), _cfg(0))
+    full_learner = TorchLearner(resolve_model("tiny", quiet=True), learner_spec(_cfg(0)))
     full_learner.forward_backward(_data()[1], "importance_sampling")
     full_learner.optim_step(AdamParams(learning_rate=1e-3))
     full_learner.save_state(tmp_path / "full")

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from agents.models import resolve_model
 from trainers.checkpoint import CheckpointError, problem
+from trainers.client import learner_spec
 from trainers.config import build_config, save_config
 from trainers.learner import TorchLearner
 from trainers.rundir import RunDir, RunDirError, check_run_name, read_saved_config
@@ -131,7 +132,9 @@ def tiny():
 @pytest.fixture
 def saved(tiny, tmp_path):
     """A learner and a complete checkpoint of it (as RunDir.commit_checkpoint writes one)."""
-    learner = TorchLearner(tiny, build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    learner = TorchLearner(
+        tiny, learner_spec(build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    )
     run = RunDir(tmp_path / "run")
     run.create()
     tmp = run.checkpoint_tmp(3)
@@ -190,7 +193,9 @@ def test_a_checkpoint_without_manifest_needs_the_files_every_checkpoint_has(save
 
 def test_weights_load_strictly_but_for_tied_ones(saved, tiny):
     learner, _, ckpt = saved
-    other = TorchLearner(tiny, build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    other = TorchLearner(
+        tiny, learner_spec(build_config([{"model": {"name": "tiny"}}], env_name="math"))
+    )
     with torch.no_grad():
         for p in learner.model.parameters():
             p.add_(0.5)

@@ -55,3 +55,26 @@ def test_importance_sampling_and_cispo_by_hand():
     loss.sum().backward()
     assert logp.grad is not None
     assert logp.grad.tolist()[0] == pytest.approx([-2.0, 1.2])
+
+
+def test_learners_read_a_frozen_spec_and_serve_reaches_them_through_a_client_only():
+    """Issue 32: the learner backends take a `LearnerSpec` (not the run config), its
+    defaults are the run config's, and `skyrl serve` neither imports nor builds a learner."""
+    import dataclasses
+
+    from trainers.client import LearnerSpec, learner_spec
+    from trainers.config import RunConfig
+
+    assert learner_spec(RunConfig()) == LearnerSpec()
+    cfg = build_config([{"model": {"name": "tiny"}, "learner": {"lora": {"rank": 4}}}], "math")
+    spec = learner_spec(cfg)
+    assert (spec.lora_rank, spec.temperature) == (4, cfg.rollout.temperature)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.lora_rank = 8  # type: ignore[misc]
+    for name in ("learner.py", "learner_dist.py", "learner_group.py"):
+        assert "RunConfig" not in (TRAINERS / name).read_text(), name
+    server = Path(__file__).parents[2] / "server"
+    for f in server.rglob("*.py"):
+        src = f.read_text()
+        assert not re.search(r"(from|import)\s+trainers\.learner", src), f
+        assert "TorchLearner" not in src and "RunConfig" not in src, f
