@@ -51,6 +51,8 @@ class ServeConfig:
     """Checkpoints and the SQLite state file."""
     api_key: str | None = None
     threads: int = 0
+    engine: str = "hf"
+    """The engine that samples (a row of `agents/engines.py` that holds weights)."""
     aliases: set[str] = field(default_factory=set)
     """Other names accepted for the base model (its path)."""
 
@@ -135,7 +137,7 @@ def build_app(config: ServeConfig) -> FastAPI:
 
     hf_logging.disable_progress_bar()  # engines load per sampler: no bar per load in the log
     app = FastAPI(title="skyrl serve", docs_url=None, redoc_url=None, openapi_url=None)
-    pool = SamplerPool(config.model_path, threads=config.threads)
+    pool = SamplerPool(config.model_path, threads=config.threads, engine=config.engine)
     app.state.config = config
     app.state.pool = pool
 
