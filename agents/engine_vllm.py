@@ -242,9 +242,10 @@ class HeadPad:
         (out / "config.json").write_text(json.dumps(cfg))
         from safetensors.torch import save_file
 
-        state = from_pretrained(folder, torch.float32).state_dict()
-        state = {k: v.contiguous() for k, v in self.tensors(state).items()}
-        state.pop("lm_head.weight", None)  # tied to the embeddings
+        model = from_pretrained(folder, torch.float32)
+        state = {k: v.contiguous() for k, v in self.tensors(model.state_dict()).items()}
+        if model.config.tie_word_embeddings:  # one tensor with the embeddings: written once
+            state.pop("lm_head.weight", None)
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
         return out
 

