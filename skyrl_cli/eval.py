@@ -123,7 +123,7 @@ def eval_(
             suite=suite, model=model, agent=agent, instances=instances, slice=slice_,
             repos=repos, output=output, workers=workers, resume=resume,
             max_turns=max_turns or 10, max_new_tokens=max_new_tokens, seed=seed,
-        )  # fmt: skip
+        )  # fmt: skip # the command line reads as typed
         _guarded(lambda: run_swe_eval(opts))
         return
     if env == "shell" and agent != "shell":
@@ -144,7 +144,7 @@ def eval_(
         model=model, env=env, split=split, tasks=tasks, n_samples=n_samples,
         temperature=temperature, limit=limit, output=output, max_turns=max_turns, seed=seed,
         tracking=tracking, sets=set_ or [],
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     _guarded(lambda: run_env_eval(env_opts))
 
 

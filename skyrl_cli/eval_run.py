@@ -102,11 +102,11 @@ def resolve_eval_model(spec: str) -> ModelRef:
             )
         if (ckpt / "model" / "adapter_config.json").is_file():  # LoRA: the merged final model
             if not (path / "model" / "config.json").is_file():
-                raise ValueError(f"run {spec} trains LoRA and has not finished; its merged model is written to {path / 'model'} when it does")  # fmt: skip
+                raise ValueError(f"run {spec} trains LoRA and has not finished; its merged model is written to {path / 'model'} when it does")  # fmt: skip # the one-sentence message stays on one line
             return ModelRef(spec, path / "model", path, _step_of(ckpt))
         return ModelRef(spec, ckpt / "model", path, _step_of(ckpt))
     if (path / "model" / "adapter_config.json").is_file():
-        raise ValueError(f"checkpoint {spec} holds a LoRA adapter; evaluate its run (merged model) instead")  # fmt: skip
+        raise ValueError(f"checkpoint {spec} holds a LoRA adapter; evaluate its run (merged model) instead")  # fmt: skip # the one-sentence message stays on one line
     if (path / "trainer_state.json").is_file() and (path / "model").is_dir():
         return ModelRef(spec, path / "model", path.parent.parent, _step_of(path))
     if not path.exists() and spec not in PRESETS and _looks_local(path):
@@ -235,14 +235,14 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
         report, trajs = evaluate(
             policy.generate_fn(temperature), make_env, policy.chat, tasks, budget, pool,
             opts.seed, samples=opts.n_samples, on_done=bar,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     bar.done()
     step = ref.step or 0
     name = f"{label}-step-{step:06d}" + (f"-k{opts.n_samples}" if opts.n_samples > 1 else "")
     report.update(
         name=name, step=step, split=label, env=cfg.env.name, model=opts.model,
         temperature=temperature, wall_s=round(time.time() - start, 2),
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     records = [
         {**t.to_record(step), "sample": i % opts.n_samples, "correct": _correct(t)}
         for i, t in enumerate(trajs)
@@ -260,7 +260,7 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
         log_to_mlflow(cfg, ref, report, out)
     print_table(report, cfg.env.name, label)
     note(f"wrote {out}/report.json and {out}/results.jsonl" + (
-        f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else ""))  # fmt: skip
+        f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else ""))  # fmt: skip # arguments grouped by meaning, as a reader scans them
     return report
 
 

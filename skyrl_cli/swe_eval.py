@@ -189,7 +189,7 @@ def run_swe_eval(opts: SweEvalOptions) -> dict[str, Any]:
     (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
     rep = report(graded, instances)
     rep.update(suite=suite_name, agent=opts.agent, model_name_or_path=model_name,
-               wall_time_s=round(wall, 1))  # fmt: skip
+               wall_time_s=round(wall, 1))  # fmt: skip # arguments grouped by meaning, as a reader scans them
     (out / "report.json").write_text(json.dumps(rep, indent=1), encoding="utf-8")
     print_summary(rep, wall)
     note(f"wrote {out}/report.json, predictions.jsonl and logs/")
@@ -236,7 +236,7 @@ class Recorder:
     def __call__(self, result: GradeResult, trajectory: dict[str, Any] | None = None) -> None:
         save_result(self.out, result, trajectory)
         state = "resolved" if result.resolved else "empty patch" if result.empty_patch else (
-            f"error: {result.error}" if result.error else "unresolved")  # fmt: skip
+            f"error: {result.error}" if result.error else "unresolved")  # fmt: skip # arguments grouped by meaning, as a reader scans them
         with self.lock:
             self.done += 1
             spent = time.time() - self.start
@@ -269,7 +269,7 @@ def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | Non
 def run_patch_agent(
     agent: str, todo: list[dict[str, Any]], repos: Path, workers: int,
     save: Callable[[GradeResult], None],
-) -> None:  # fmt: skip
+) -> None:  # fmt: skip # arguments grouped by meaning, as a reader scans them
     """gold / empty: grade the instance's own patch, or none, `workers` at a time."""
 
     def one(inst: dict[str, Any]) -> None:
@@ -291,7 +291,7 @@ def run_patch_agent(
 def run_shell_agent(
     opts: SweEvalOptions, todo: list[dict[str, Any]], repos: Path,
     save: Callable[..., None],
-) -> None:  # fmt: skip
+) -> None:  # fmt: skip # arguments grouped by meaning, as a reader scans them
     """The model in `skyrl/SWE-v0`, `workers` instances per batch of the agent loop."""
     from agents.agent_loop import Budget, episode_seed, run_episodes
     from environments.swe import SWEEnv, instance_task
@@ -347,7 +347,7 @@ def to_result(instance: dict[str, Any], traj: Any) -> GradeResult:
         empty_patch=bool(info.get("empty_patch")), patch_applied=bool(info.get("patch_applied")),
         error=info.get("grade_error"), tests_status=json.loads(info.get("tests_status") or "{}"),
         log=str(info.get("test_output") or ""),
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
 
 
 def _trajectory_record(traj: Any) -> dict[str, Any]:
@@ -374,7 +374,7 @@ def print_summary(rep: dict[str, Any], wall: float) -> None:
     for label, key in (
         ("resolved", "resolved_instances"), ("unresolved", "unresolved_instances"),
         ("empty patch", "empty_patch_instances"), ("error", "error_instances"),
-    ):  # fmt: skip
+    ):  # fmt: skip # arguments grouped by meaning, as a reader scans them
         table.add_row(label, str(rep[key]), f"{rep[key] / max(1, total):.1%}")
     table.add_row("total", str(total), "")
     Console(width=120).print(table)

@@ -82,7 +82,7 @@ def run_eval(ac: Acting, tr: Learning, rec: Record, name: str, at_step: int) -> 
     report, trajs = evaluate(
         greedy, ac.make_env, ac.chat, rec.eval_tasks, ac.budget, ac.pool, ac.cfg.trainer.seed,
         on_done=bar,
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     bar.done()
     report.update(name=name, step=at_step, split=split)
     rec.run.write_eval(name, report)

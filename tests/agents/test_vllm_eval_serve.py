@@ -133,7 +133,7 @@ def test_serve_on_vllm_samples_base_and_trained_weights(tmp_path):
             list(s.tokens) for s in got
         ]
         # greedy through the OpenAI API: the hf engine's answer
-        oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+        oa = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
         text = oa.completions.create(model="tiny", prompt=prompt, max_tokens=8, temperature=0)  # type: ignore[arg-type]
         greedy = hf.generate([GenRequest(prompt, 8, seed=0)], temperature=0.0)[0].token_ids
         assert text.choices[0].text == hf.tokenizer.decode(greedy, skip_special_tokens=True)
