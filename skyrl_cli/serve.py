@@ -17,7 +17,7 @@ EXAMPLES = """
 Examples:
   skyrl serve --model tiny                      # 127.0.0.1:8000: /v1 OpenAI, /api/v1 Tinker
   skyrl serve --model runs/<id> --port 8001     # the run's latest checkpoint
-  skyrl serve --model tiny --engine vllm        # sample with vLLM (the vllm extra)
+  skyrl serve --model tiny --engine vllm        # sample with vLLM
   SKYRL_API_KEY=tml-secret skyrl serve --model smollm2-135m --host 0.0.0.0
   skyrl serve --model tiny --api-key tml-alice-key --api-key tml-bob-key   # two clients
   skyrl eval --env math --model openai:tiny@http://127.0.0.1:8000/v1
