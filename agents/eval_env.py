@@ -89,28 +89,31 @@ class EvalBar(Protocol):
     def done(self) -> None: ...
 
 
-def load_policy(ref: ModelRef, threads: int = 0) -> Policy:
-    """Load the model behind `ref` in this process."""
-    if ref.openai is not None:
-        from agents.engine_openai import CHARS_PER_TOKEN, OpenAIEngine
+def load_policy(ref: ModelRef, threads: int = 0, engine: str = "hf") -> Policy:
+    """Load the model behind `ref` in this process, on `engine` (a row of the engine table;
+    an `openai:` model is always the `openai` engine, evaluation only)."""
+    from agents import engines
 
-        api = OpenAIEngine(*ref.openai)
-        sampler = SamplingClient(Local(api))  # the `openai` backend: evaluation only
+    if ref.openai is not None:
+        from agents.engine_openai import CHARS_PER_TOKEN
+
+        api = engines.build("openai", ref.spec)
+        sampler = SamplingClient(Local(api))
         return Policy(
             ChatFormat(api.tokenizer),
             lambda r, t, p: sampler.generate(r, t, p).result(),
             CHARS_PER_TOKEN,
         )
+    engines.require(engine, weights=True)  # not installed: one sentence before the load
     from transformers.utils import logging as hf_logging
 
-    from agents.engine_hf import HFEngine
     from agents.models import resolve_model
 
     hf_logging.disable_progress_bar()  # our own progress line follows; no tqdm bars
     path = ref.path or resolve_model(ref.spec)
-    engine = HFEngine(path, threads=threads or os.cpu_count() or 1)
-    hf = SamplingClient(Local(engine))
-    return Policy(ChatFormat(engine.tokenizer), lambda r, t, p: hf.generate(r, t, p).result())
+    local = engines.build(engine, path, threads=threads or os.cpu_count() or 1)
+    sampler = SamplingClient(Local(local))
+    return Policy(ChatFormat(local.tokenizer), lambda r, t, p: sampler.generate(r, t, p).result())
 
 
 def load_eval_tasks(cfg: Any, opts: EnvEvalOptions) -> tuple[list[Task], str]:
@@ -157,7 +160,7 @@ def evaluate_env(
     if temperature is None:
         temperature = 1.0 if opts.n_samples > 1 else 0.0
     note(f"loading {opts.model} ...")
-    policy = load_policy(ref, cfg.trainer.threads)
+    policy = load_policy(ref, cfg.trainer.threads, cfg.rollout.engine)
     make_env = partial(
         registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs
     )

@@ -93,13 +93,13 @@ def build(out: Path, size: dict, dtype: str) -> int:
 def bench(name: str, path: Path, n_params: int, a: argparse.Namespace) -> dict:
     import torch
 
+    from agents import engines
     from agents.engine import GenRequest
-    from agents.engine_vllm import VLLMEngine
     from trainers.client import AdamParams, Datum
     from trainers.config import build_config
     from trainers.learner import TorchLearner
 
-    engine = VLLMEngine(path, dtype=a.dtype)
+    engine = engines.build("vllm", path, dtype=a.dtype)
     engine.ignore_eos = True
     gen = torch.Generator().manual_seed(0)
     vocab = 300  # ids every tokenizer here has

@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,9 +91,9 @@ def _log_step(side: str, step: int, dt: float) -> None:
 def run_ours(model_path: str, a: argparse.Namespace) -> Result:
     import torch
 
+    from agents import engines
     from agents.chat import ChatFormat
     from agents.engine import GenRequest
-    from agents.engine_hf import HFEngine
     from trainers.algorithms import grpo_advantages
     from trainers.client import AdamParams, Datum
     from trainers.config import build_config
@@ -117,14 +116,10 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
         ],
         env_name="math",
     )
-    engine: Any
+    engine = engines.build(a.engine, model_path, threads=a.threads if a.engine == "vllm" else 0)
     if a.engine == "vllm":
-        from agents.engine_vllm import VLLMEngine
-
-        engine = VLLMEngine(model_path, threads=a.threads)
         engine.ignore_eos = True  # every completion is exactly N tokens
     else:
-        engine = HFEngine(model_path)
         engine.eos_ids = []  # a sampled EOS ends nothing: every completion is exactly N tokens
     learner = TorchLearner(model_path, cfg)
     chat = ChatFormat(engine.tokenizer)

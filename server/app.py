@@ -29,7 +29,7 @@ def build_app(config: ServeConfig) -> FastAPI:
 
     hf_logging.disable_progress_bar()  # engines load per sampler: no bar per load in the log
     app = FastAPI(title="skyrl serve", docs_url=None, redoc_url=None, openapi_url=None)
-    pool = SamplerPool(config.model_path, threads=config.threads)
+    pool = SamplerPool(config.model_path, threads=config.threads, engine=config.engine)
     app.state.config = config
     app.state.pool = pool
 

@@ -3,11 +3,14 @@
 HTTP handlers submit `GenRequest`s and await a future; the thread takes everything queued,
 groups it by (weights, temperature, top_p) and runs each group as one `generate` call of a
 `SamplingClient`, so 200 concurrent short requests cost a few batched decodes, not 200.
-Engines are `HFEngine`s keyed by the weights folder they serve, kept in a small LRU.
+Engines come from the engine table (`agents/engines.py`): one per weights folder, kept in a
+small LRU, or, for an engine that reserves device memory when built (vllm), a single one
+that each group's weights are loaded into in place.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 from collections import OrderedDict
@@ -35,18 +38,27 @@ class _Job:
 class SamplerPool:
     """Engines by weights folder, and the thread that samples from them."""
 
-    def __init__(self, base_path: Path, threads: int = 0, keep: int = 4) -> None:
-        from agents.engine_hf import HFEngine
+    def __init__(
+        self, base_path: Path, threads: int = 0, keep: int = 4, engine: str = "hf"
+    ) -> None:
+        from agents import engines
 
         self.base = str(base_path)
         self._threads = threads
         self._keep = keep
+        self._kind = engine
+        self._row = engines.require(engine, weights=True)
         self._engines: OrderedDict[str, SamplingClient] = OrderedDict()
-        base = HFEngine(base_path, threads=threads)
+        base = engines.build(engine, base_path, threads=threads)
         self.tokenizer: Any = base.tokenizer
         self.eos_ids: list[int] = base.eos_ids
-        self.context: int = int(getattr(base.model.config, "max_position_embeddings", 2048))
+        self.context: int = base.context
         self._engines[self.base] = SamplingClient(Local(base))
+        self._loaded = self.base
+        """The weights the single engine holds (`one_per_process` engines)."""
+        self._one: Any = base
+        """The engine `one_per_process` engines keep, and the model config it was built with."""
+        self._built = _model_config(self.base)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -71,19 +83,40 @@ class SamplerPool:
         self._jobs.put(None)
 
     def _engine(self, weights: str) -> SamplingClient:
-        from agents.engine_hf import HFEngine
+        from agents import engines
 
+        if self._row.one_per_process:  # called on the sampling thread only: no other user
+            return self._the_one(weights)
         with self._lock:
             if weights in self._engines:
                 self._engines.move_to_end(weights)
                 return self._engines[weights]
-        client = SamplingClient(Local(HFEngine(weights, threads=self._threads)))
+        client = SamplingClient(Local(engines.build(self._kind, weights, threads=self._threads)))
         with self._lock:
             self._engines[weights] = client
             while len(self._engines) > self._keep:
                 oldest = next(k for k in self._engines if k != self.base)
                 del self._engines[oldest]
         return client
+
+    def _the_one(self, weights: str) -> SamplingClient:
+        """The single engine, holding `weights`: loaded in place where the folder's model
+        config is the one the engine was built with, else built anew from the folder (a LoRA
+        sampler unties a tied base's unembedding: another shape of model)."""
+        from agents import engines
+
+        if weights != self._loaded:
+            config = _model_config(weights)
+            if config == self._built:
+                self._engines[self.base].load_path(weights, 0).result()
+            else:
+                getattr(self._one, "close", lambda: None)()
+                del self._engines[self.base]
+                self._one = engines.build(self._kind, weights, threads=self._threads)
+                self._engines[self.base] = SamplingClient(Local(self._one))
+                self._built = config
+            self._loaded = weights
+        return self._engines[self.base]
 
     def _run(self) -> None:
         while True:
@@ -125,3 +158,7 @@ class SamplerPool:
         for job in group:
             job.future.set_result(results[i : i + len(job.requests)])
             i += len(job.requests)
+
+
+def _model_config(folder: str) -> dict[str, Any]:
+    return json.loads((Path(folder) / "config.json").read_text())

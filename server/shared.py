@@ -45,6 +45,8 @@ class ServeConfig:
     api_keys: tuple[str, ...] = ()
     """The keys clients authenticate with; each key is one client (none: loopback only)."""
     threads: int = 0
+    engine: str = "hf"
+    """The engine that samples (a row of `agents/engines.py` that holds weights)."""
     aliases: set[str] = field(default_factory=set)
     """Other names accepted for the base model (its path)."""
 

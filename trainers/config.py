@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agents import engines
 from trainers.algorithm_table import ALGORITHMS
 
 
@@ -73,8 +74,9 @@ class EnvConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    engine: Literal["hf", "vllm"] = "hf"
-    """Inference backend for rollouts: `hf` (transformers, runs anywhere) or `vllm`."""
+    engine: str = "hf"
+    """Inference backend for rollouts: `hf` (transformers, runs anywhere) or `vllm`; any row
+    of the engine table (`agents/engines.py`) that holds weights."""
     batch_size: int = Field(4, ge=1)
     """Tasks per sampling round (P); one round per step unless dynamic sampling asks for more."""
     group_size: int = Field(4, ge=1)
@@ -93,6 +95,12 @@ class RolloutConfig(_Section):
     """Engine replicas; requests are spread over them by load and each gets every update."""
     tensor_parallel_size: int = Field(1, ge=1)
     """GPUs per vllm engine (tensor parallel); 1 for hf."""
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, name: str) -> str:
+        engines.row(name, weights=True)  # an unknown name: one sentence naming the engines
+        return name
 
     @model_validator(mode="after")
     def _budgets(self) -> RolloutConfig:

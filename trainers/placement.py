@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agents import engines as engine_table
 from agents.replicas import Replicas
 from agents.sampling import Local, SamplingClient
 from trainers.algorithm_table import ALGORITHMS
@@ -101,16 +102,15 @@ def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
         torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
         return TorchLearner(model_path, cfg, value_head=kind == "critic")
     torch.set_num_threads(_threads(cfg))
-    if kind == "engine" and cfg.rollout.engine == "vllm":
-        from agents.engine_vllm import VLLMEngine
-
-        return VLLMEngine(
-            model_path, cfg.model.dtype, _threads(cfg), cfg.rollout.tensor_parallel_size
-        )
     if kind in ("engine", "reference"):  # the reference only scores: hf at any temperature
-        from agents.engine_hf import HFEngine
-
-        return HFEngine(model_path, dtype=cfg.model.dtype, threads=_threads(cfg))
+        name = cfg.rollout.engine if kind == "engine" else "hf"
+        return engine_table.build(
+            name,
+            model_path,
+            dtype=cfg.model.dtype,
+            threads=_threads(cfg),
+            tensor_parallel_size=cfg.rollout.tensor_parallel_size,
+        )
     raise ValueError(f"no backend of kind {kind!r}")
 
 
@@ -171,13 +171,7 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
     """Build the clients' backends: in this process (`local`), or as Ray actors on the
     cluster at `ray.address` (a private local one by default). num_cpus=0: on a laptop
     every actor shares every core, taking turns (the sync schedule never runs them at once)."""
-    if cfg.rollout.engine == "vllm":
-        import importlib.util
-
-        from agents.engine_vllm import MISSING, VLLMMissing
-
-        if importlib.util.find_spec("vllm") is None:  # before Ray starts: one sentence
-            raise VLLMMissing(MISSING)
+    engine_table.require(cfg.rollout.engine)  # before Ray starts: one sentence if it is missing
     group = cfg.learner.strategy != "torch" or cfg.learner.num_workers > 1
     spec = learner_spec(cfg)  # what the learner and critic read: all that crosses to them
     made_of = lambda kind: spec if kind in ("learner", "critic") else cfg  # noqa: E731

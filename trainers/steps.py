@@ -21,6 +21,7 @@ import torch
 
 from agents.agent_loop import Budget, episode_seed, run_episodes
 from agents.chat import ChatFormat
+from agents.engines import ENGINES
 from agents.evaluate import is_correct
 from agents.sampling import SamplingClient
 from agents.trajectory import Trajectory
@@ -332,10 +333,11 @@ AUTO_TIS_CAP = 2.0
 
 
 def tis_cap(cfg: RunConfig) -> float | None:
-    """`algorithm.tis_cap`; unset, AUTO_TIS_CAP with a vllm engine: another implementation
-    of the model (other kernels, another summation order) samples, so its log-probs differ
-    from the learner's by a little and truncated importance sampling corrects for it."""
-    if cfg.algorithm.tis_cap is not None or cfg.rollout.engine == "hf":
+    """`algorithm.tis_cap`; unset, AUTO_TIS_CAP with an engine whose log-probs do not come
+    from the learner's kernels (vllm): another implementation of the model (other kernels,
+    another summation order) samples, so its log-probs differ from the learner's by a little
+    and truncated importance sampling corrects for it."""
+    if cfg.algorithm.tis_cap is not None or ENGINES[cfg.rollout.engine].learner_kernels:
         return cfg.algorithm.tis_cap
     return AUTO_TIS_CAP
 
