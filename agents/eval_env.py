@@ -173,16 +173,28 @@ def evaluate_env(
     bar = progress(n_episodes, label)  # one live line with our ETA, as in training
     with ThreadPoolExecutor(cfg.rollout.env_workers) as pool:
         report, trajs = evaluate(
-            policy.generate_fn(temperature), make_env, policy.chat, tasks, budget, pool,
-            opts.seed, samples=opts.n_samples, on_done=bar,
-        )  # fmt: skip
+            policy.generate_fn(temperature),
+            make_env,
+            policy.chat,
+            tasks,
+            budget,
+            pool,
+            opts.seed,
+            samples=opts.n_samples,
+            on_done=bar,
+        )
     bar.done()
     step = ref.step or 0
     name = f"{label}-step-{step:06d}" + (f"-k{opts.n_samples}" if opts.n_samples > 1 else "")
     report.update(
-        name=name, step=step, split=label, env=cfg.env.name, model=opts.model,
-        temperature=temperature, wall_s=round(time.time() - start, 2),
-    )  # fmt: skip
+        name=name,
+        step=step,
+        split=label,
+        env=cfg.env.name,
+        model=opts.model,
+        temperature=temperature,
+        wall_s=round(time.time() - start, 2),
+    )
     records = [
         {**t.to_record(step), "sample": i % opts.n_samples, "correct": _correct(t)}
         for i, t in enumerate(trajs)

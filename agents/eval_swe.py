@@ -128,8 +128,12 @@ def run_swe_eval(
     preds = [prediction(r.instance_id, model_name, r.model_patch) for r in graded]
     (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
     rep = report(graded, instances)
-    rep.update(suite=suite_name, agent=opts.agent, model_name_or_path=model_name,
-               wall_time_s=round(wall, 1))  # fmt: skip
+    rep.update(
+        suite=suite_name,
+        agent=opts.agent,
+        model_name_or_path=model_name,
+        wall_time_s=round(wall, 1),
+    )
     (out / "report.json").write_text(json.dumps(rep, indent=1), encoding="utf-8")
     return rep, out
 
@@ -186,9 +190,12 @@ def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | Non
 
 
 def run_patch_agent(
-    agent: str, todo: list[dict[str, Any]], repos: Path, workers: int,
+    agent: str,
+    todo: list[dict[str, Any]],
+    repos: Path,
+    workers: int,
     save: Callable[[GradeResult], None],
-) -> None:  # fmt: skip
+) -> None:
     """gold / empty: grade the instance's own patch, or none, `workers` at a time."""
 
     def one(inst: dict[str, Any]) -> None:
@@ -208,9 +215,12 @@ def run_patch_agent(
 
 
 def run_shell_agent(
-    opts: SweEvalOptions, todo: list[dict[str, Any]], repos: Path,
-    save: Callable[..., None], policy_for: Callable[[str], Policy],
-) -> None:  # fmt: skip
+    opts: SweEvalOptions,
+    todo: list[dict[str, Any]],
+    repos: Path,
+    save: Callable[..., None],
+    policy_for: Callable[[str], Policy],
+) -> None:
     """The model in `skyrl/SWE-v0`, `workers` instances per batch of the agent loop."""
     from agents.agent_loop import Budget, episode_seed, run_episodes
     from environments.swe import SWEEnv, instance_task
@@ -261,11 +271,15 @@ def to_result(instance: dict[str, Any], traj: Any) -> GradeResult:
             iid, "", error=traj.error or f"the episode ended ({traj.stop_reason}) ungraded"
         )
     return GradeResult(
-        iid, str(info.get("model_patch") or ""), resolved=bool(info["resolved"]),
-        empty_patch=bool(info.get("empty_patch")), patch_applied=bool(info.get("patch_applied")),
-        error=info.get("grade_error"), tests_status=json.loads(info.get("tests_status") or "{}"),
+        iid,
+        str(info.get("model_patch") or ""),
+        resolved=bool(info["resolved"]),
+        empty_patch=bool(info.get("empty_patch")),
+        patch_applied=bool(info.get("patch_applied")),
+        error=info.get("grade_error"),
+        tests_status=json.loads(info.get("tests_status") or "{}"),
         log=str(info.get("test_output") or ""),
-    )  # fmt: skip
+    )
 
 
 def _trajectory_record(traj: Any) -> dict[str, Any]:

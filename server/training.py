@@ -79,7 +79,13 @@ class TrainModel:
         self, data: list[Datum], loss_fn: str, config: dict[str, Any], forward_only: bool
     ) -> ForwardBackwardOutput:
         if forward_only:  # log-probs at every position, as Tinker's forward returns them
-            full = [Datum(d.model_input, {**d.loss_fn_inputs, "weights": [1.0] * len(d.model_input.tokens)}) for d in data]  # fmt: skip
+            full = [
+                Datum(
+                    d.model_input,
+                    {**d.loss_fn_inputs, "weights": [1.0] * len(d.model_input.tokens)},
+                )
+                for d in data
+            ]
             return self.client.forward(full, "cross_entropy").result()
         return self.client.forward_backward(data, loss_fn, config).result()
 

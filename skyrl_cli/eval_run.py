@@ -38,11 +38,15 @@ def resolve_eval_model(spec: str) -> ModelRef:
             )
         if (ckpt / "model" / "adapter_config.json").is_file():  # LoRA: the merged final model
             if not (path / "model" / "config.json").is_file():
-                raise ValueError(f"run {spec} trains LoRA and has not finished; its merged model is written to {path / 'model'} when it does")  # fmt: skip
+                raise ValueError(
+                    f"run {spec} trains LoRA and has not finished; its merged model is written to {path / 'model'} when it does"
+                )
             return ModelRef(spec, path / "model", path, _step_of(ckpt))
         return ModelRef(spec, ckpt / "model", path, _step_of(ckpt))
     if (path / "model" / "adapter_config.json").is_file():
-        raise ValueError(f"checkpoint {spec} holds a LoRA adapter; evaluate its run (merged model) instead")  # fmt: skip
+        raise ValueError(
+            f"checkpoint {spec} holds a LoRA adapter; evaluate its run (merged model) instead"
+        )
     if (path / "trainer_state.json").is_file() and (path / "model").is_dir():
         return ModelRef(spec, path / "model", path.parent.parent, _step_of(path))
     if not path.exists() and spec not in PRESETS and _looks_local(path):
@@ -109,8 +113,10 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     if opts.tracking and cfg.tracking.enabled:
         log_to_mlflow(cfg, ref, report, out)
     print_table(report, cfg.env.name, label)
-    note(f"wrote {out}/report.json and {out}/results.jsonl" + (
-        f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else ""))  # fmt: skip
+    note(
+        f"wrote {out}/report.json and {out}/results.jsonl"
+        + (f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else "")
+    )
     return report
 
 

@@ -45,8 +45,13 @@ class Recorder:
 
     def __call__(self, result: GradeResult, trajectory: dict[str, Any] | None = None) -> None:
         save_result(self.out, result, trajectory)
-        state = "resolved" if result.resolved else "empty patch" if result.empty_patch else (
-            f"error: {result.error}" if result.error else "unresolved")  # fmt: skip
+        state = (
+            "resolved"
+            if result.resolved
+            else "empty patch"
+            if result.empty_patch
+            else (f"error: {result.error}" if result.error else "unresolved")
+        )
         with self.lock:
             self.done += 1
             spent = time.time() - self.start
@@ -68,9 +73,11 @@ def print_summary(rep: dict[str, Any], wall: float) -> None:
     table.add_column("instances", justify="right")
     table.add_column("rate", justify="right")
     for label, key in (
-        ("resolved", "resolved_instances"), ("unresolved", "unresolved_instances"),
-        ("empty patch", "empty_patch_instances"), ("error", "error_instances"),
-    ):  # fmt: skip
+        ("resolved", "resolved_instances"),
+        ("unresolved", "unresolved_instances"),
+        ("empty patch", "empty_patch_instances"),
+        ("error", "error_instances"),
+    ):
         table.add_row(label, str(rep[key]), f"{rep[key] / max(1, total):.1%}")
     table.add_row("total", str(total), "")
     Console(width=120).print(table)

