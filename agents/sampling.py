@@ -4,9 +4,10 @@
     response = sampler.sample(prompt_tokens, num_samples=4, sampling_params=params).result()
     response.sequences[0].tokens, .logprobs, .stop_reason, .version
 
-An engine backend (`agents/engine_hf.py`; `openai` for evaluation; vLLM next) sits behind a
-`Handle`: in this process (`Local`) or on a Ray actor (`trainers/placement.py`). Every call
-returns a future, so a schedule can overlap sampling with training.
+An engine backend (`agents/engine_hf.py`, `agents/engine_vllm.py`; `openai` for
+evaluation) sits behind a `Handle`: in this process (`Local`) or on a Ray actor
+(`trainers/placement.py`). Every call returns a future, so a schedule can overlap sampling
+with training.
 """
 
 from __future__ import annotations
