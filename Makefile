@@ -32,9 +32,10 @@ typecheck: setup
 
 # Two workers, a test file each at a time (module fixtures stay shared): most tests wait on
 # subprocesses, sandboxes and Ray, so two files at once use the 2 cores better than one.
+# Files go out in collection order, the longest first (LONGEST_FIRST in tests/conftest.py).
 # The slowest tests are listed at the end of the log (CI time: docs/benchmarks.md).
 pytest: setup
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=30
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
 test: lint typecheck pytest
 

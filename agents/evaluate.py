@@ -74,7 +74,7 @@ def evaluate(
         trajs += run_episodes(
             generate, make_env, chat, [t for _, t, _ in chunk], [i for i, _, _ in chunk], seeds,
             budget, pool,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         if on_done is not None:
             on_done(len(chunk))
     correct_T = [

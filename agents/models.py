@@ -52,8 +52,21 @@ _SMOLLM2_CHAT_TEMPLATE = (
     "Face<|im_end|>\\n' }}{% endif %}" + _CHATML.removeprefix("{% for message in messages %}")
 )
 _TINY_SPECIAL = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
-TAG_TOKENS = ["<sql>", "</sql>", "<solution>", "</solution>", "<answer>", "</answer>",
-              "<python>", "</python>", "<search>", "</search>", "<bash>", "</bash>", "<submit/>"]  # fmt: skip
+TAG_TOKENS = [
+    "<sql>",
+    "</sql>",
+    "<solution>",
+    "</solution>",
+    "<answer>",
+    "</answer>",
+    "<python>",
+    "</python>",
+    "<search>",
+    "</search>",
+    "<bash>",
+    "</bash>",
+    "<submit/>",
+]
 """The environments' action tags; the `tiny` tokenizer encodes each as one token."""
 # The tiny tokenizer's merges are learnt from this text, so it compresses English, SQL, Python
 # and shell a little. Changing it changes the tokenizer: bump _PRESET_VERSION.

@@ -55,11 +55,21 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SIZES = {  # Qwen2.5-0.5B and -1.5B shapes (vocab cut to 32k: the embedding is not the point)
-    "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, intermediate_size=4864),
-    "1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, intermediate_size=8960),
-}  # fmt: skip
+    "0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+    ),
+    "1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+    ),
+}
 HBM_BYTES_S = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}
 
 
@@ -148,8 +158,12 @@ def bench(name: str, path: Path, n_params: int, a: argparse.Namespace) -> dict:
     }
 
 
-STRATEGIES = {"torch": ("torch", 2), "fsdp": ("fsdp", 2), "zero2": ("deepspeed", 2),
-              "zero3": ("deepspeed", 3)}  # fmt: skip
+STRATEGIES = {
+    "torch": ("torch", 2),
+    "fsdp": ("fsdp", 2),
+    "zero2": ("deepspeed", 2),
+    "zero3": ("deepspeed", 3),
+}
 """name -> (learner.strategy, learner.zero_stage); `torch` is the one-process learner."""
 
 
@@ -180,8 +194,10 @@ def bench_learners(name: str, path: Path, a: argparse.Namespace) -> list[dict]:
     start_ray(None)  # loopback, no dashboard, token auth; ray.shutdown() in main stops it
     gpus = 1 if ray.cluster_resources().get("GPU") else 0
     gen = torch.Generator().manual_seed(1)
-    seqs = [torch.randint(3, 300, (a.prompt_len + a.new_tokens,), generator=gen).tolist()
-            for _ in range(a.batch)]  # fmt: skip
+    seqs = [
+        torch.randint(3, 300, (a.prompt_len + a.new_tokens,), generator=gen).tolist()
+        for _ in range(a.batch)
+    ]
     mask = [0] * a.prompt_len + [1] * a.new_tokens
     data = [
         Datum.from_sequence(ids, mask, a.prompt_len, advantages=[1.0 if i % 2 else -1.0] * len(ids))
@@ -287,9 +303,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--gpu", default="H200", choices=list(HBM_BYTES_S), help="for the roofline")
     ap.add_argument("--smoke", action="store_true", help="CPU check of the script: tiny sizes")
-    ap.add_argument("--sections", nargs="+", default=["engine", "learners"],
-                    choices=["engine", "learners"], help="engine: rollout/train/sync; "
-                    "learners: torch, FSDP2, DeepSpeed ZeRO-2/3 updates")  # fmt: skip
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        default=["engine", "learners"],
+        choices=["engine", "learners"],
+        help="engine: rollout/train/sync; learners: torch, FSDP2, DeepSpeed ZeRO-2/3 updates",
+    )
     ap.add_argument(
         "--learner-workers",
         type=int,
@@ -308,8 +328,13 @@ def main() -> None:
     import torch
 
     if a.smoke:
-        SIZES["smoke"] = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                              num_key_value_heads=2, intermediate_size=256)  # fmt: skip
+        SIZES["smoke"] = dict(
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=256,
+        )
         a.sizes, a.batch, a.prompt_len, a.new_tokens, a.repeats = ["smoke"], 4, 32, 16, 1
         a.dtype, a.micro_batch = "float32", 2
         a.threads = a.threads or 1  # one per process: 2 threads in a loaded CPU's actor crawl
@@ -319,8 +344,10 @@ def main() -> None:
     if "learners" in a.sections:
         a.learner_workers = a.learner_workers or torch.cuda.device_count()
         if torch.cuda.is_available() and a.learner_workers > torch.cuda.device_count():
-            sys.exit(f"--learner-workers {a.learner_workers}: only "
-                     f"{torch.cuda.device_count()} GPUs (one worker per GPU)")  # fmt: skip
+            sys.exit(
+                f"--learner-workers {a.learner_workers}: only "
+                f"{torch.cuda.device_count()} GPUs (one worker per GPU)"
+            )
         if importlib.util.find_spec("deepspeed") is None:
             print(
                 "deepspeed is not installed: no zero2/zero3 rows (pip install 'skyrl[deepspeed]')"
@@ -328,8 +355,10 @@ def main() -> None:
             a.strategies = [s for s in a.strategies if not s.startswith("zero")]
     print(f"command: python {' '.join(sys.argv)}")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    print(f"env: torch {torch.__version__}, {device} x{torch.cuda.device_count()}, "
-          f"roofline at {a.hbm / 1e12:.2f} TB/s")  # fmt: skip
+    print(
+        f"env: torch {torch.__version__}, {device} x{torch.cuda.device_count()}, "
+        f"roofline at {a.hbm / 1e12:.2f} TB/s"
+    )
     rows, learner_rows = [], []
     try:
         for name in a.sizes:
@@ -351,9 +380,11 @@ def main() -> None:
         _table(rows)
     if learner_rows:
         B, T = a.batch, a.prompt_len + a.new_tokens
-        print(f"\nlearners: {B} sequences x {T} tokens, micro-batch {a.micro_batch}, "
-              f"{a.dtype}, lr {a.lr:g}; max diff tolerance: < 1e-5 in float32, "
-              f"up to 2*lr = {2 * a.lr:g} in bfloat16")  # fmt: skip
+        print(
+            f"\nlearners: {B} sequences x {T} tokens, micro-batch {a.micro_batch}, "
+            f"{a.dtype}, lr {a.lr:g}; max diff tolerance: < 1e-5 in float32, "
+            f"up to 2*lr = {2 * a.lr:g} in bfloat16"
+        )
         _table(learner_rows)
         if a.fp32_off:
             sys.exit(f"over 1e-5 from the one-process learner in float32: {a.fp32_off}")

@@ -20,7 +20,7 @@ from typing import Any
 async def _run(base_url: str, n: int, max_tokens: int, model: str) -> dict[str, Any]:
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="tml-local", max_retries=0, timeout=600)  # fmt: skip
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="tml-local", max_retries=0, timeout=600)
     latencies: list[float] = []
     tokens = 0
     errors: list[str] = []
@@ -30,9 +30,12 @@ async def _run(base_url: str, n: int, max_tokens: int, model: str) -> dict[str, 
         t0 = time.perf_counter()
         try:
             r = await client.chat.completions.create(
-                model=model, max_tokens=max_tokens, temperature=1.0, seed=i,
+                model=model,
+                max_tokens=max_tokens,
+                temperature=1.0,
+                seed=i,
                 messages=[{"role": "user", "content": f"Say something short ({i})."}],
-            )  # fmt: skip
+            )
             tokens += r.usage.completion_tokens if r.usage else 0
             latencies.append(time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - counted and reported
@@ -45,17 +48,29 @@ async def _run(base_url: str, n: int, max_tokens: int, model: str) -> dict[str, 
     latencies.sort()
 
     def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies else float("nan")  # fmt: skip
+        return (
+            latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+            if latencies
+            else float("nan")
+        )
 
     return {
-        "requests": n, "completed": len(latencies), "failed": len(errors),
-        "first_error": errors[0] if errors else None, "wall_s": round(wall, 2),
-        "requests_per_s": round(len(latencies) / wall, 1), "tokens_per_s": round(tokens / wall, 1),
-        "p50_s": round(pct(0.5), 2), "p95_s": round(pct(0.95), 2), "max_tokens": max_tokens,
-    }  # fmt: skip
+        "requests": n,
+        "completed": len(latencies),
+        "failed": len(errors),
+        "first_error": errors[0] if errors else None,
+        "wall_s": round(wall, 2),
+        "requests_per_s": round(len(latencies) / wall, 1),
+        "tokens_per_s": round(tokens / wall, 1),
+        "p50_s": round(pct(0.5), 2),
+        "p95_s": round(pct(0.95), 2),
+        "max_tokens": max_tokens,
+    }
 
 
-def run(base_url: str, requests: int = 200, max_tokens: int = 16, model: str = "tiny") -> dict[str, Any]:  # fmt: skip
+def run(
+    base_url: str, requests: int = 200, max_tokens: int = 16, model: str = "tiny"
+) -> dict[str, Any]:
     """Fire `requests` chat completions at once; the measurements as a dict."""
     return asyncio.run(_run(base_url, requests, max_tokens, model))
 

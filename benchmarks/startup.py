@@ -3,7 +3,7 @@
     python benchmarks/startup.py                       # train --env math --model tiny --max-steps 5
     python benchmarks/startup.py --env sql --max-steps 1
 
-Runs the real command in this process with its stages wrapped: the CLI's `_prepare`
+Runs the real command in this process with its stages wrapped: `prepare_run`
 (config, environment check, run directory), `import trainers.sync` (torch), Ray's start,
 `place` (the workers and their model), the tokenizer, the tracking store and each
 evaluation. The figures and how to read them: docs/benchmarks.md, "Start-up".
@@ -38,9 +38,10 @@ def wrap(module: Any, name: str) -> None:
 def main() -> None:
     import skyrl_cli.main as cli
     import skyrl_cli.train as train
+    import trainers.launch as launch
 
     mark("imported skyrl_cli.main")
-    wrap(train, "_prepare")
+    wrap(launch, "prepare_run")
     run = train._run
 
     def timed_run(*args: Any, **kwargs: Any) -> Any:

@@ -57,14 +57,14 @@ class Container:
         built = subprocess.run(
             [runtime, "build", "-q", "-t", tag, str(task_dir / "environment")],
             capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         if built.returncode != 0:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise ValueError(f"{runtime} build of {task_dir.name} failed: {built.stderr[-300:]}")
         inspect = subprocess.run(
             [runtime, "image", "inspect", "-f", "{{.Config.WorkingDir}}", tag],
             capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         self.inner_workdir = inspect.stdout.strip() or "/"
         self.name = f"skyrl-{secrets.token_hex(6)}"
         started = subprocess.run(
@@ -72,7 +72,7 @@ class Container:
              f"--memory={limits.memory_mb}m", f"--pids-limit={limits.processes}",
              tag, "sh", "-c", "sleep infinity"],
             capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        )  # fmt: skip # the command line reads as typed
         if started.returncode != 0:
             self.close()
             raise ValueError(f"{runtime} run of {task_dir.name} failed: {started.stderr[-300:]}")
@@ -118,7 +118,7 @@ class Container:
         subprocess.run(
             [self.runtime, "cp", str(source), f"{self.name}:{inner}"],
             capture_output=True, check=True, timeout=300,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
 
     def copy_out(self, inner: str) -> Path:
         """A host copy of the container's `inner` folder (links stay links)."""
@@ -126,15 +126,16 @@ class Container:
         subprocess.run(
             [self.runtime, "cp", f"{self.name}:{inner}", str(dest)],
             capture_output=True, timeout=300, check=False,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         return dest
 
     def fresh_dir(self, inner: str) -> None:
-        """Stale reward files go before the verifier runs, as in Harbor."""
-        self.run(["sh", "-c", f"mkdir -p {inner} && rm -f {inner}/reward.txt {inner}/reward.json"])
+        """The folder made anew, empty, before the verifier runs (nothing the agent left)."""
+        self.run(["sh", "-c", f"rm -rf {inner} && mkdir -p {inner}"])
 
-    def private(self, name: str, source: Path) -> list[str]:
-        """`source` copied to `/name` (tests/, solution/); Harbor's upload."""
+    def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
+        """`source` copied to `/name` (tests/, solution/); Harbor's upload (`sealed` has no
+        meaning here: the container's verifier runs as root, as in Harbor)."""
         self.copy_in(source, f"/{name}")
         return []
 
@@ -146,7 +147,7 @@ class Container:
         subprocess.run(
             [self.runtime, "exec", self.name, "sh", "-c", "kill -9 -1"],
             capture_output=True, timeout=60, check=False,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
 
     def grow_disk(self, extra_mb: int) -> None:
         """Nothing to grow: the container's disk is the runtime's."""
@@ -155,5 +156,5 @@ class Container:
         subprocess.run(
             [self.runtime, "rm", "-f", getattr(self, "name", "-")],
             capture_output=True, timeout=120, check=False,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         shutil.rmtree(self.workdir, ignore_errors=True)

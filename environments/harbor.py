@@ -267,28 +267,33 @@ class Layout:
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
 
-    def private(self, name: str, source: Path) -> list[str]:
-        """A copy of `source` (tests/, solution/) bound at `/name` for one command."""
+    def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
+        """A copy of `source` (tests/, solution/) bound at `/name` for one command; `sealed`,
+        a file of it (`/tests/test.sh`), executable and bound read-only on top, so that code
+        it runs cannot rewrite the script under the shell reading it."""
         dest = self.sandbox.workdir / f"{name}-copy"
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(source, dest, symlinks=True)
         chown_tree(dest, self.sandbox.uid)
-        return ["--bind", str(dest), f"/{name}"]
+        view = ["--bind", str(dest), f"/{name}"]
+        if sealed is not None:
+            host = _safe_target(dest, posixpath.relpath(sealed, f"/{name}"))
+            if host.is_file():
+                host.chmod(0o755)
+                view += ["--ro-bind", str(host), sealed]
+        return view
 
     def fresh_dir(self, inner: str) -> Path:
-        """The host path of the layer dir `inner`, emptied of reward files (as Harbor's
-        verifier does) and remade if the agent left a link or a file in its place."""
+        """The host path of the layer dir `inner`, made anew and empty when the verifier
+        starts: whatever the agent left there (reward files, links it would write through,
+        FIFOs) is gone."""
         parent = _safe_target(self.root, posixpath.dirname(inner))
         path = parent / posixpath.basename(inner)
         if path.is_symlink() or (path.exists() and not path.is_dir()):
             path.unlink()
-        path.mkdir(parents=True, exist_ok=True)
-        for name in ("reward.txt", "reward.json", "test-stdout.txt"):
-            target = path / name
-            if target.is_symlink() or target.is_file():
-                target.unlink()
-            elif target.exists():
-                shutil.rmtree(target)
+        elif path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
         chown_tree(path, self.sandbox.uid)
         return path
 

@@ -79,6 +79,7 @@ def parse_answer(text: str) -> str:
 class MathEnv(gym.Env):
     """One question, one number: `<answer>NUMBER</answer>` ends the episode."""
 
+    grammar = "<answer>number</answer> answers"
     stop_strings = TAGS.stop_strings
     report_by = ("difficulty",)  # metadata keys evaluation reports break accuracy down by
 

@@ -105,6 +105,9 @@ def default_python() -> str:
 class PythonEnv(gym.Env):
     """Work out an answer with a sandboxed Python REPL, then submit it in `<answer>`."""
 
+    grammar = (
+        "<python>code</python> runs in a sandboxed persistent REPL; <answer>…</answer> answers"
+    )
     stop_strings = TAGS.stop_strings
     report_by = ("kind",)  # metadata keys evaluation reports break accuracy down by
 

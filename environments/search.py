@@ -233,6 +233,7 @@ def _bundled_index() -> Path:
 class SearchEnv(gym.Env):
     """Search a passage index for evidence, then answer in a few words."""
 
+    grammar = "<search>query</search> shows the top-k passages; <answer>text</answer> answers"
     stop_strings = TAGS.stop_strings
     report_by = ("hops", "difficulty")  # metadata keys evaluation reports break accuracy down by
 

@@ -22,18 +22,21 @@ it stands and truncates the episode. Every failure is an observation, never an e
 The shell, its command protocol and its limits (`timeout_s`, `Limits.output_bytes`, a
 flood of output) are `environments.bash`'s.
 
-Rewards: grading kills every process of the agent, clears stale reward files, puts the
-task's `tests/` at /tests (never seen before), runs `/tests/test.sh` with `[verifier].env`,
-and reads `reward.json` (wins) or `reward.txt` (`read_reward`); `reward_key` picks the key
-of a multi-key reward.json (default `reward`, else the mean); `info["rewards"]` has them
-all. No reward file, or an invalid one, scores 0.0 and `info["reward_error"]` says why. A
-truncated episode scores the verifier's reward minus `format_penalty`; every other turn
-scores 0.0.
+Rewards: grading kills every process of the agent, makes `/logs/verifier` anew (empty), puts
+the task's `tests/` at /tests (never seen before; `test.sh` itself read-only), runs
+`/tests/test.sh` as the sandbox's pid 1 (code it runs cannot signal it) with
+`[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
+verifier that finished: one stopped at its time limit or ended by a signal scores 0.0 with
+the cause. `reward_key` picks the key of a multi-key reward.json (default `reward`, else the
+mean); `info["rewards"]` has them all. No reward file, or an invalid one, scores 0.0 and
+`info["reward_error"]` says why. A truncated episode scores the verifier's reward minus
+`format_penalty`; every other turn scores 0.0.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,15 @@ from environments.container import RUNTIMES, Container, runtime_problem
 from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
-from tasks.harbor import load_harbor_task, read_reward, solution_env, verifier_env, verifier_timeout
+from tasks.harbor import (
+    agent_timeout,
+    check_folder,
+    load_harbor_task,
+    read_reward,
+    solution_env,
+    verifier_env,
+    verifier_timeout,
+)
 from tasks.task import Task
 
 __all__ = ["MAX_ACTION_CHARS", "ActionError", "ShellEnv", "parse_action", "quote_command"]
@@ -57,11 +68,29 @@ OLD_VERIFIER_ENV = {"TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier"}
 """Set for verifiers written for skyrl before it had Harbor's paths (Harbor sets neither)."""
 VERIFIER_DISK_MB = 256
 """Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
+VERIFIER = "/tests/test.sh"
+VERIFIER_LOG = "/logs/verifier/test-stdout.txt"
+
+
+def _unfinished(returncode: int | None, timed_out: bool, limit: float) -> str | None:
+    """Why the verifier's reward files are not its verdict (it did not finish), or None."""
+    if timed_out:
+        return f"test.sh did not finish within its {limit:g} s limit"
+    if returncode is not None and returncode > 128:
+        try:
+            name = signal.Signals(returncode - 128).name
+        except ValueError:
+            return None
+        return f"test.sh was ended by {name} (status {returncode}) before it finished"
+    return None
 
 
 class ShellEnv(gym.Env):
     """A Harbor terminal task: run bash commands in a sandbox, then submit for grading."""
 
+    grammar = (
+        "<bash>command</bash> runs in a sandboxed persistent shell; <submit/> runs the task's tests"
+    )
     stop_strings = TAGS.stop_strings
     # metadata keys evaluation reports break accuracy down by
     report_by = ("difficulty", "category")
@@ -129,6 +158,9 @@ class ShellEnv(gym.Env):
         folder = Path(task_dir)
         if not (folder / "tests" / "test.sh").is_file():
             raise ValueError(f"task {task.id!r}: {folder} is not a Harbor task (no tests/test.sh)")
+        check_folder(folder)  # a task row names the folder without loading it
+        verifier_timeout(task)  # a row's own limits are checked too
+        agent_timeout(task)
         self.close()
         if self.backend in RUNTIMES:
             problem = runtime_problem(self.backend)
@@ -206,13 +238,15 @@ class ShellEnv(gym.Env):
         layout = self._layout
         assert layout is not None
         none = {"returncode": None, "timed_out": False, "output": ""}
-        try:  # as Harbor: stale rewards go; the agent may have left links or files there
+        try:  # the reward folder is made anew, empty: nothing the agent planted there is left
             layout.fresh_dir("/logs/verifier")
-            view = layout.private("tests", Path(task.metadata["task_dir"]) / "tests")
+            view = layout.private("tests", Path(task.metadata["task_dir"]) / "tests", VERIFIER)
         except (OSError, ValueError, subprocess.SubprocessError) as e:  # shutil.Error too
             return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
         timeout = verifier_timeout(task)
-        command = "chmod +x /tests/test.sh; (/tests/test.sh) > /logs/verifier/test-stdout.txt 2>&1"
+        # test.sh becomes the sandbox's pid 1 (`exec`): code of the agent's that it runs cannot
+        # kill or stop it (a PID namespace's init gets no signal it did not ask for from inside)
+        command = f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1"
         result = sandbox.run(
             ["bash", "-c", command],
             timeout=timeout,
@@ -231,9 +265,10 @@ class ShellEnv(gym.Env):
                 f.seek(max(0, output.stat().st_size - 2000))
                 tail = f.read().decode("utf-8", "replace")
         verifier = {"returncode": result.returncode, "timed_out": result.timed_out, "output": tail}
+        unfinished = _unfinished(result.returncode, result.timed_out, timeout)
+        if unfinished is not None:  # what it wrote so far is not its verdict
+            return None, {}, unfinished, verifier
         reward, named, error = read_reward(logs, self.reward_key)
-        if error and result.timed_out:
-            error += f" (test.sh was stopped at its {timeout:g} s limit)"
         return reward, named, error, verifier
 
     def run_oracle(self) -> dict[str, Any]:
@@ -249,7 +284,7 @@ class ShellEnv(gym.Env):
         command = "chmod +x /solution/solve.sh; (/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
         result = sandbox.run(
             ["bash", "-c", command],
-            timeout=float(task.metadata.get("agent_timeout_s") or 600),
+            timeout=agent_timeout(task) or 600.0,
             env=solution_env(task),
             view=layout.private("solution", solution),
         )

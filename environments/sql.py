@@ -212,6 +212,7 @@ class SQLEnv(gym.Env):
     """Explore a database (SQLite, DuckDB or PostgreSQL) with read-only queries, then submit
     one as the answer."""
 
+    grammar = "<sql>query</sql> runs a read-only query; <solution>query</solution> answers"
     stop_strings = TAGS.stop_strings
     # metadata keys evaluation reports break accuracy down by
     report_by = ("database", "difficulty")

@@ -9,31 +9,36 @@ runs one query at a time there, so the worker's time kill and memory caps hold f
 
 - SQLite: `sql_guard.open_read_only` (`mode=ro`, `query_only`, authorizer, guarded builtins).
 - DuckDB: `read_only=True`, no external access (files, extensions, ATTACH), configuration
-  locked, one thread, a memory limit; `interrupt()` at the time limit.
-- PostgreSQL: a role that is not a superuser (refused otherwise), every query in its own
-  `READ ONLY` transaction with a `statement_timeout`, rolled back, then `DISCARD ALL`.
+  locked, one thread, a memory limit; `interrupt()` at the time limit. Each query runs on
+  a connection of its own, closed after it: a read-only DuckDB still has a writable temp
+  catalog (and variables, a search path), and nothing left there outlives the query.
+- PostgreSQL: a role that is not a superuser and may not run `set_config`, read other
+  sessions' activity or signal them (refused otherwise; `python -m tasks.sql.materialise`
+  revokes those), every query in its own `READ ONLY` transaction, rolled back, then
+  `DISCARD ALL`. One deadline bounds the whole read (every FETCH of the server-side cursor):
+  a watchdog cancels the query at the limit, the caller kills the worker soon after, and
+  `client_connection_check_interval` makes the server end a backend whose client is gone.
 
 Every driver returns rows in one format (`plain`): int, float, str, bytes or None.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import decimal
 import hashlib
 import json
 import re
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlglot
 
+from tasks.sql.tables import SESSION_FUNCTIONS
 from tasks.task import Task
 
 KINDS = ("sqlite", "duckdb", "postgresql")
@@ -198,7 +203,7 @@ class DuckDBDriver:
         import duckdb
 
         self.error = duckdb.Error
-        self.conn = duckdb.connect(
+        self.db = duckdb.connect(
             target.location,
             read_only=True,
             config={
@@ -215,11 +220,15 @@ class DuckDBDriver:
     def execute(self, sql: str, time_limit_s: float, sink: RowSink) -> bytes:
         from environments.sql_guard import QueryError
 
-        timer = threading.Timer(time_limit_s, self.conn.interrupt)
+        # cursor(): a new connection to the open database, with its own temp catalog,
+        # variables and settings; closed below, so an episode's CREATE TEMP VIEW books (were
+        # it to pass the statement check) cannot shadow `books` for the next query or gold.
+        conn = self.db.cursor()
+        timer = threading.Timer(time_limit_s, conn.interrupt)
         deadline = time.monotonic() + time_limit_s
         timer.start()
         try:
-            cursor = self.conn.execute(sql)
+            cursor = conn.execute(sql)
             columns = [d[0] for d in cursor.description or ()]
             rows = iter(lambda: cursor.fetchone(), None)
             return sink(columns, (tuple(plain(v) for v in row) for row in rows))
@@ -237,6 +246,7 @@ class DuckDBDriver:
             raise QueryError(f"duckdb error: {_first_line(e)}") from None
         finally:
             timer.cancel()
+            conn.close()
 
 
 class PostgresDriver:
@@ -250,7 +260,9 @@ class PostgresDriver:
 
         self.psycopg = psycopg
         options = conninfo_to_dict(target.location).get("options") or ""
-        options = f"{options} -c default_transaction_read_only=on".strip()
+        options = (
+            f"{options} -c default_transaction_read_only=on -c client_connection_check_interval=1000"
+        ).strip()
         self.conn = psycopg.connect(
             make_conninfo(target.location, options=options, connect_timeout="10"),
             autocommit=True,
@@ -263,6 +275,20 @@ class PostgresDriver:
             raise QueryError(
                 "refusing to run queries as a PostgreSQL superuser; connect as a role that "
                 "may only SELECT (python -m tasks.sql.materialise creates one)"
+            )
+        allowed = self.conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'pg_catalog' AND p.proname = ANY(%s) "
+            "AND has_function_privilege(p.oid, 'EXECUTE') "
+            "UNION ALL SELECT 'pg_stat_activity' "
+            "WHERE has_table_privilege('pg_catalog.pg_stat_activity', 'SELECT')",
+            (list(SESSION_FUNCTIONS),),
+        ).fetchall()
+        if allowed:
+            raise QueryError(
+                f"the PostgreSQL role may run {', '.join(sorted({r[0] for r in allowed}))}, "
+                "so a query could lift its time limit or reach other sessions; rerun "
+                "python -m tasks.sql.materialise on the database (it revokes them)"
             )
         self.schema = target.schema
         if self.schema is not None:
@@ -282,6 +308,10 @@ class PostgresDriver:
         from environments.sql_guard import QueryError
 
         conn = self.conn
+        # One deadline for the whole read: statement_timeout restarts at every FETCH.
+        watchdog = threading.Timer(time_limit_s, conn.cancel_safe)
+        deadline = time.monotonic() + time_limit_s
+        watchdog.start()
         try:
             conn.execute("BEGIN READ ONLY")
             # SET LOCAL: a rolled-back transaction takes these (and any set_config) with it.
@@ -301,7 +331,7 @@ class PostgresDriver:
             raise
         except self.psycopg.Error as e:
             text = _first_line(e)
-            if "statement timeout" in text:
+            if "statement timeout" in text or time.monotonic() >= deadline:
                 raise QueryError(
                     f"the query was stopped at the {time_limit_s:g} s time limit"
                 ) from None
@@ -311,6 +341,7 @@ class PostgresDriver:
                 raise QueryError("the query ran out of memory") from None
             raise QueryError(f"postgresql error: {text}") from None
         finally:
+            watchdog.cancel()
             try:
                 conn.execute("ROLLBACK")
                 conn.execute("DISCARD ALL")  # session locks, prepared plans, settings
@@ -335,21 +366,3 @@ def open_driver(target: Target) -> DuckDBDriver | PostgresDriver:
 def cache_key(target: Target) -> str:
     """A short stable name for a target (file names, logs)."""
     return hashlib.sha256(target.to_json().encode()).hexdigest()[:16]
-
-
-@contextlib.contextmanager
-def sqlite_tables(path: Path) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
-    """A plain read-only connection to a SQLite file (for our own fixed statements, not an
-    episode's queries) and its table names in creation order."""
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' "
-                "AND name NOT LIKE 'sqlite_%' ORDER BY rowid"
-            )
-        ]
-        yield conn, names
-    finally:
-        conn.close()

@@ -73,13 +73,27 @@ class QueryError(ValueError):
 def check_read_only(sql: str, dialect: str = "sqlite") -> None:
     """Level 2: exactly one SELECT (or WITH ... SELECT, set operation, VALUES) statement.
 
-    Text sqlglot cannot parse goes on to the database, whose syntax error is the clearer
-    message; levels 1 and 3 (each driver's own read-only means) still hold for it.
+    Fails closed: text sqlglot cannot read is refused, not passed on. Sixty nested
+    parentheses make sqlglot raise RecursionError, and `CREATE TEMP VIEW ... ((((...))))`
+    then reached DuckDB, whose read-only databases still take temp objects.
     """
     try:
         trees = [t for t in sqlglot.parse(sql, read=dialect) if t is not None]
-    except Exception:  # sqlglot.ParseError, TokenError, RecursionError on deep nesting
-        return
+    except sqlglot.errors.ParseError as e:
+        where = e.errors[0] if e.errors else {}
+        near = str(where.get("highlight") or "").strip()[:40]
+        raise QueryError(
+            f"syntax error near {near!r} at line {where.get('line', '?')}, column "
+            f"{where.get('col', '?')}"
+            if near
+            else "syntax error: the query is not one complete statement"
+        ) from None
+    except sqlglot.errors.TokenError:
+        raise QueryError("syntax error: an unclosed quote or comment") from None
+    except RecursionError:
+        raise QueryError("the query is nested too deeply to check; use fewer parentheses") from None
+    except Exception:  # noqa: BLE001 - anything else sqlglot raises: refused, not passed on
+        raise QueryError("the query could not be read as one SQL statement") from None
     if not trees:
         raise QueryError("the query is empty")
     if len(trees) > 1:

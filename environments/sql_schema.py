@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from environments.sql_drivers import Target, sqlite_tables
+from environments.sql_drivers import Target
 from environments.sql_guard import QueryError, run_query
+from tasks.sql.tables import sqlite_tables
 
 GOLD_TIME_FACTOR = 10
 """Our own statements (the gold query, the schema) get this many times the per-query limit."""

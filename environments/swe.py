@@ -94,6 +94,7 @@ def load_suite(split: str | None = None) -> list[Task]:
 class SWEEnv(gym.Env):
     """One SWE-bench instance: explore and edit the repository with bash, then submit."""
 
+    grammar = "<bash>command</bash> runs in the checked-out repo; <submit/> grades its git diff"
     stop_strings = TAGS.stop_strings
     report_by = ("repo",)  # metadata keys evaluation reports break accuracy down by
 

@@ -496,7 +496,7 @@ def _apply(work: _Checkout, patch_file: Path, log: list[str]) -> bool:
                 cwd=work.tree, env={"PATH": "/nonexistent", "LC_ALL": "C"},
                 capture_output=True, text=True, errors="replace", timeout=120,
                 stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+            )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         log.append(
             f"$ {' '.join(argv)} model.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
         )

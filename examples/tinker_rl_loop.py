@@ -45,7 +45,9 @@ def tensor(values: list, dtype: type = np.float32) -> types.TensorData:
 
 def main(cfg: Config) -> list[dict[str, float]]:
     service = tinker.ServiceClient(base_url=cfg.base_url, api_key=cfg.api_key)
-    training = service.create_lora_training_client(base_model=cfg.model, rank=cfg.lora_rank, seed=cfg.seed).result()  # fmt: skip
+    training = service.create_lora_training_client(
+        base_model=cfg.model, rank=cfg.lora_rank, seed=cfg.seed
+    ).result()
     tokenizer = training.get_tokenizer()
     params = types.SamplingParams(max_tokens=cfg.max_tokens, temperature=1.0)
     history: list[dict[str, float]] = []
@@ -57,20 +59,27 @@ def main(cfg: Config) -> list[dict[str, float]]:
         prompts_P = []
         for p in range(cfg.prompts_per_step):
             messages = [{"role": "user", "content": f"Write some digits, please ({step}-{p})."}]
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)  # fmt: skip
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
             prompts_P.append(tokenizer.encode(text, add_special_tokens=False))
         futures_P = [
-            sampler.sample(types.ModelInput.from_ints(tokens), cfg.group_size,
-                           types.SamplingParams(**{**params.model_dump(), "seed": cfg.seed + 1000 * step + p}))
+            sampler.sample(
+                types.ModelInput.from_ints(tokens),
+                cfg.group_size,
+                types.SamplingParams(**{**params.model_dump(), "seed": cfg.seed + 1000 * step + p}),
+            )
             for p, tokens in enumerate(prompts_P)
-        ]  # fmt: skip
+        ]
 
         # -- score and build data: group-relative advantages (GRPO), one datum per sample --
         data: list[types.Datum] = []
         rewards_P_G = []
         for prompt, future in zip(prompts_P, futures_P, strict=True):
             seqs_G = future.result().sequences
-            rewards_G = np.array([reward(str(tokenizer.decode(s.tokens, skip_special_tokens=True))) for s in seqs_G])  # fmt: skip
+            rewards_G = np.array(
+                [reward(str(tokenizer.decode(s.tokens, skip_special_tokens=True))) for s in seqs_G]
+            )
             rewards_P_G.append(rewards_G)
             advantages_G = rewards_G - rewards_G.mean()
             if not advantages_G.any():  # a group that all scored alike teaches nothing
@@ -78,15 +87,17 @@ def main(cfg: Config) -> list[dict[str, float]]:
             for seq, adv in zip(seqs_G, advantages_G, strict=True):
                 tokens = prompt + list(seq.tokens)
                 n_prompt, n_out = len(prompt) - 1, len(seq.tokens)
-                data.append(types.Datum(
-                    model_input=types.ModelInput.from_ints(tokens[:-1]),
-                    loss_fn_inputs={
-                        "target_tokens": tensor(tokens[1:], np.int64),
-                        "weights": tensor([0.0] * n_prompt + [1.0] * n_out),
-                        "logprobs": tensor([0.0] * n_prompt + list(seq.logprobs or [])),
-                        "advantages": tensor([0.0] * n_prompt + [float(adv)] * n_out),
-                    },
-                ))  # fmt: skip
+                data.append(
+                    types.Datum(
+                        model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={
+                            "target_tokens": tensor(tokens[1:], np.int64),
+                            "weights": tensor([0.0] * n_prompt + [1.0] * n_out),
+                            "logprobs": tensor([0.0] * n_prompt + list(seq.logprobs or [])),
+                            "advantages": tensor([0.0] * n_prompt + [float(adv)] * n_out),
+                        },
+                    )
+                )
 
         # -- train: one importance-sampling step on everything sampled --
         if data:
@@ -94,8 +105,13 @@ def main(cfg: Config) -> list[dict[str, float]]:
             optim = training.optim_step(types.AdamParams(learning_rate=cfg.learning_rate))
             fwd_bwd.result(), optim.result()
         mean_reward = float(np.mean(rewards_P_G))
-        history.append({"step": step, "reward": mean_reward, "datums": len(data), "seconds": time.time() - t0})  # fmt: skip
-        print(f"step {step:3d}  reward {mean_reward:.3f}  datums {len(data):3d}  {time.time() - t0:.1f}s", flush=True)  # fmt: skip
+        history.append(
+            {"step": step, "reward": mean_reward, "datums": len(data), "seconds": time.time() - t0}
+        )
+        print(
+            f"step {step:3d}  reward {mean_reward:.3f}  datums {len(data):3d}  {time.time() - t0:.1f}s",
+            flush=True,
+        )
     return history
 
 
@@ -106,4 +122,11 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=Config.steps)
     ap.add_argument("--learning-rate", type=float, default=Config.learning_rate)
     args = ap.parse_args()
-    main(Config(base_url=args.base_url, model=args.model, steps=args.steps, learning_rate=args.learning_rate))  # fmt: skip
+    main(
+        Config(
+            base_url=args.base_url,
+            model=args.model,
+            steps=args.steps,
+            learning_rate=args.learning_rate,
+        )
+    )

@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.engine import GenRequest, GenResult
-from server.app import APIError, ServeConfig, read_json
 from server.pool import SamplerPool
+from server.shared import APIError, ServeConfig, check_temperature, client_of, read_json
 
 MAX_N = 16
 """Most choices one request may ask for."""
@@ -98,12 +98,12 @@ def _weights(request: Request, name: str) -> str:
         return ""
     if name.startswith("tinker://"):
         try:
-            return str(request.app.state.tinker.resolve(name, "sampler")[1])
+            return str(request.app.state.tinker.resolve(client_of(request), name, "sampler")[1])
         except ValueError as e:
             raise APIError(404, str(e), param="model") from None
     raise APIError(
         404,
-        f"the model '{name[:200]}' does not exist on this server; it serves '{config.model_name}' and its tinker:// sampler checkpoints",  # fmt: skip
+        f"the model '{name[:200]}' does not exist on this server; it serves '{config.model_name}' and its tinker:// sampler checkpoints",
         param="model",
     )
 
@@ -111,16 +111,28 @@ def _weights(request: Request, name: str) -> str:
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if len(stops) > MAX_STOP or any(not s or len(s) > 256 for s in stops):
-        raise APIError(400, f"'stop' takes at most {MAX_STOP} non-empty strings of <= 256 characters", param="stop")  # fmt: skip
+        raise APIError(
+            400,
+            f"'stop' takes at most {MAX_STOP} non-empty strings of <= 256 characters",
+            param="stop",
+        )
     return tuple(stops)
 
 
 def _budget(pool: SamplerPool, prompt_len: int, asked: int | None) -> int:
     room = pool.context - prompt_len
     if room < 1:
-        raise APIError(400, f"the prompt has {prompt_len} tokens; this model's context is {pool.context}", param="messages")  # fmt: skip
+        raise APIError(
+            400,
+            f"the prompt has {prompt_len} tokens; this model's context is {pool.context}",
+            param="messages",
+        )
     if asked is not None and asked > room:
-        raise APIError(400, f"max_tokens {asked} plus the prompt's {prompt_len} tokens exceed this model's context of {pool.context}", param="max_tokens")  # fmt: skip
+        raise APIError(
+            400,
+            f"max_tokens {asked} plus the prompt's {prompt_len} tokens exceed this model's context of {pool.context}",
+            param="max_tokens",
+        )
     return asked if asked is not None else min(DEFAULT_MAX_TOKENS, room)
 
 
@@ -171,7 +183,7 @@ async def _sample(
     stops = _stops(req.stop)
     budget = _budget(pool, len(prompt), max_tokens)
     seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
-    temperature = 1.0 if req.temperature is None else req.temperature
+    temperature = 1.0 if req.temperature is None else check_temperature(req.temperature)
     reqs = [GenRequest(prompt, budget, (seed + i) % 2**63, stops) for i in range(req.n)]
     results = await asyncio.wrap_future(pool.submit(reqs, temperature, req.top_p or 1.0, weights))
     # decoding is CPU work: off the event loop, so other requests keep flowing
@@ -180,18 +192,28 @@ async def _sample(
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}  # fmt: skip
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 def _chat_prompt(pool: SamplerPool, req: ChatRequest) -> list[int]:
     messages = []
     for m in req.messages:
-        content = m.content if isinstance(m.content, str) or m.content is None else "".join(p.text for p in m.content)  # fmt: skip
+        content = (
+            m.content
+            if isinstance(m.content, str) or m.content is None
+            else "".join(p.text for p in m.content)
+        )
         messages.append(
             {"role": "system" if m.role == "developer" else m.role, "content": content or ""}
         )
     if sum(len(m["content"]) for m in messages) > 4 * pool.context * 8:
-        raise APIError(400, "the messages are far longer than this model's context", param="messages")  # fmt: skip
+        raise APIError(
+            400, "the messages are far longer than this model's context", param="messages"
+        )
     text = pool.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return pool.tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -205,7 +227,9 @@ def _completion_prompt(pool: SamplerPool, req: CompletionRequest) -> list[int]:
             raise APIError(400, f"prompt token ids must lie in [0, {vocab})", param="prompt")
         return ids
     if isinstance(p, list) and len(p) != 1:
-        raise APIError(400, "'prompt' as a list takes exactly one string on this server", param="prompt")  # fmt: skip
+        raise APIError(
+            400, "'prompt' as a list takes exactly one string on this server", param="prompt"
+        )
     text = p[0] if isinstance(p, list) else p
     assert isinstance(text, str)
     if len(text) > 4 * pool.context * 8:
@@ -220,8 +244,12 @@ def _ids() -> tuple[str, int]:
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     config: ServeConfig = request.app.state.config
-    names = [config.model_name, *request.app.state.tinker.store.sampler_checkpoints()]
-    return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "skyrl"} for n in names]}  # fmt: skip
+    own = request.app.state.tinker.store.sampler_checkpoints(client_of(request))
+    names = [config.model_name, *own]
+    return {
+        "object": "list",
+        "data": [{"id": n, "object": "model", "created": 0, "owned_by": "skyrl"} for n in names],
+    }
 
 
 @router.get("/v1/models/{name:path}")
@@ -236,19 +264,32 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
     req = _parse(ChatRequest, await read_json(request), _UNSUPPORTED_CHAT)
     weights = _weights(request, req.model)
     if req.top_logprobs:
-        raise APIError(400, "'top_logprobs' above 0 is not supported by this server (logprobs of the sampled tokens are)", param="top_logprobs")  # fmt: skip
+        raise APIError(
+            400,
+            "'top_logprobs' above 0 is not supported by this server (logprobs of the sampled tokens are)",
+            param="top_logprobs",
+        )
     prompt = _chat_prompt(pool, req)
-    choices, generated = await _sample(pool, prompt, req, req.max_completion_tokens or req.max_tokens, weights)  # fmt: skip
+    choices, generated = await _sample(
+        pool, prompt, req, req.max_completion_tokens or req.max_tokens, weights
+    )
     rid, created = _ids()
     head = {"id": f"chatcmpl-{rid}", "created": created, "model": req.model}
 
     def logprobs(c: _Choice) -> dict[str, Any] | None:
         if not req.logprobs:
             return None
-        return {"content": [{"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []} for p, lp, _ in c.pieces]}  # fmt: skip
+        return {
+            "content": [
+                {"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []}
+                for p, lp, _ in c.pieces
+            ]
+        }
 
     if req.stream:
-        return _stream(head, "chat.completion.chunk", choices, req, len(prompt), generated, chat=True)  # fmt: skip
+        return _stream(
+            head, "chat.completion.chunk", choices, req, len(prompt), generated, chat=True
+        )
     body = {
         **head,
         "object": "chat.completion",
@@ -260,7 +301,7 @@ async def chat(request: Request) -> JSONResponse | StreamingResponse:
                 "finish_reason": c.finish,
             }
             for i, c in enumerate(choices)
-        ],  # fmt: skip
+        ],
         "usage": _usage(len(prompt), generated),
     }
     return JSONResponse(body)
@@ -274,7 +315,11 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
     if req.echo:
         raise APIError(400, "'echo' is not supported by this server", param="echo")
     if req.logprobs is not None and req.logprobs > 1:
-        raise APIError(400, "'logprobs' above 1 is not supported by this server (the sampled token's is)", param="logprobs")  # fmt: skip
+        raise APIError(
+            400,
+            "'logprobs' above 1 is not supported by this server (the sampled token's is)",
+            param="logprobs",
+        )
     prompt = _completion_prompt(pool, req)
     choices, generated = await _sample(pool, prompt, req, req.max_tokens, weights)
     rid, created = _ids()
@@ -295,7 +340,7 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
         }
 
     if req.stream:
-        return _stream(head, "text_completion", choices, req, len(prompt), generated, chat=False)  # fmt: skip
+        return _stream(head, "text_completion", choices, req, len(prompt), generated, chat=False)
     body = {
         **head,
         "object": "text_completion",
@@ -325,7 +370,12 @@ def _stream(
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
-            choice: dict[str, Any] = {"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}  # fmt: skip
+            choice: dict[str, Any] = {
+                "index": i,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+            }
         else:
             choice = {"index": i, "text": text or "", "logprobs": None, "finish_reason": finish}
         return f"data: {json.dumps({**head, 'object': kind, 'choices': [choice]})}\n\n"

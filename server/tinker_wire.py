@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from server.app import APIError
+from server.shared import APIError
 from trainers.client import Datum, ModelInput
 
 MAX_DATA = 512
@@ -31,7 +31,9 @@ def _tensor(msg: Any, name: str) -> np.ndarray:
         raise UserError(f"loss_fn_inputs[{name!r}] has an unsupported dtype")
     shape = [int(s) for s in msg.shape]
     if len(shape) > 1:
-        raise UserError(f"loss_fn_inputs[{name!r}] is {len(shape)}-D; this server takes one value per position (top-k targets are not supported)")  # fmt: skip
+        raise UserError(
+            f"loss_fn_inputs[{name!r}] is {len(shape)}-D; this server takes one value per position (top-k targets are not supported)"
+        )
     dt = dtypes[msg.dtype]
     if msg.HasField("sparse_csr"):
         raise UserError(f"loss_fn_inputs[{name!r}] is sparse; only 1-D dense inputs are supported")
@@ -39,7 +41,9 @@ def _tensor(msg: Any, name: str) -> np.ndarray:
         raise UserError(f"loss_fn_inputs[{name!r}] has a ragged byte buffer")
     arr = np.frombuffer(msg.dense, dtype=dt)
     if shape and shape[0] != arr.size:
-        raise UserError(f"loss_fn_inputs[{name!r}] declares {shape[0]} values and carries {arr.size}")  # fmt: skip
+        raise UserError(
+            f"loss_fn_inputs[{name!r}] declares {shape[0]} values and carries {arr.size}"
+        )
     return arr
 
 
@@ -49,8 +53,12 @@ def data_of(msg: Any, loss_fn: str, context: int, vocab: int) -> list[Datum]:
         raise UserError(f"one forward_backward takes at most {MAX_DATA} data, got {len(msg.data)}")
     total = 0
     out = []
-    needs = {"importance_sampling": ("advantages", "logprobs"), "ppo": ("advantages", "logprobs"),
-             "cispo": ("advantages", "logprobs"), "gspo": ("advantages", "logprobs")}.get(loss_fn, ())  # fmt: skip
+    needs = {
+        "importance_sampling": ("advantages", "logprobs"),
+        "ppo": ("advantages", "logprobs"),
+        "cispo": ("advantages", "logprobs"),
+        "gspo": ("advantages", "logprobs"),
+    }.get(loss_fn, ())
     for i, d in enumerate(msg.data):
         tokens: list[int] = []
         for chunk in d.model_input:
@@ -62,25 +70,35 @@ def data_of(msg: Any, loss_fn: str, context: int, vocab: int) -> list[Datum]:
         n = len(tokens)
         total += n
         if not n or n >= context or total > MAX_TOKENS_PER_CALL:
-            raise UserError(f"datum {i} has {n} tokens; each must have 1 to {context - 1} and a call at most {MAX_TOKENS_PER_CALL}")  # fmt: skip
+            raise UserError(
+                f"datum {i} has {n} tokens; each must have 1 to {context - 1} and a call at most {MAX_TOKENS_PER_CALL}"
+            )
         if any(not 0 <= t < vocab for t in tokens):
             raise UserError(f"datum {i} has token ids outside [0, {vocab})")
         inputs = {k: _tensor(v, k) for k, v in d.loss_fn_inputs.items()}
         unknown = sorted(set(inputs) - {"target_tokens", "weights", "advantages", "logprobs"})
         if unknown:
-            raise UserError(f"loss_fn_inputs {unknown} are not supported by this server (it takes target_tokens, weights, advantages, logprobs)")  # fmt: skip
+            raise UserError(
+                f"loss_fn_inputs {unknown} are not supported by this server (it takes target_tokens, weights, advantages, logprobs)"
+            )
         for key in ("target_tokens", *needs):
             if key not in inputs:
                 raise UserError(f"datum {i} lacks loss_fn_inputs[{key!r}], which {loss_fn} needs")
         for key, arr in inputs.items():
             if arr.size != n:
-                raise UserError(f"datum {i}: loss_fn_inputs[{key!r}] has {arr.size} values for {n} tokens")  # fmt: skip
+                raise UserError(
+                    f"datum {i}: loss_fn_inputs[{key!r}] has {arr.size} values for {n} tokens"
+                )
         targets = inputs["target_tokens"].astype(np.int64).tolist()
         if targets[:-1] != tokens[1:] or not 0 <= targets[-1] < vocab:
-            raise UserError(f"datum {i}: target_tokens must be the input tokens shifted by one (other targets are not supported)")  # fmt: skip
+            raise UserError(
+                f"datum {i}: target_tokens must be the input tokens shifted by one (other targets are not supported)"
+            )
         weights = inputs.get("weights", np.ones(n, np.float32)).astype(np.float64)
         if not np.isin(weights, (0.0, 1.0)).all():
-            raise UserError(f"datum {i}: weights must be 0 or 1 (fractional weights are not supported)")  # fmt: skip
+            raise UserError(
+                f"datum {i}: weights must be 0 or 1 (fractional weights are not supported)"
+            )
         loss_inputs = {"target_tokens": [float(t) for t in targets], "weights": weights.tolist()}
         for key in needs:
             vals = inputs[key].astype(np.float64)
@@ -93,13 +111,24 @@ def data_of(msg: Any, loss_fn: str, context: int, vocab: int) -> list[Datum]:
 
 def loss_config(msg: Any, loss_fn: str, n_data: int) -> dict[str, Any]:
     if loss_fn not in LOSSES:
-        raise UserError(f"loss {loss_fn!r} is not supported by this server (supported: {', '.join(LOSSES)})")  # fmt: skip
-    raw: dict[str, Any] = {k: v.number for k, v in msg.loss_fn_config_v2.items()} or dict(msg.loss_fn_config)  # fmt: skip
-    allowed = {"clip_low_threshold", "clip_high_threshold"} if loss_fn in ("ppo", "cispo", "gspo") else set()  # fmt: skip
+        raise UserError(
+            f"loss {loss_fn!r} is not supported by this server (supported: {', '.join(LOSSES)})"
+        )
+    raw: dict[str, Any] = {k: v.number for k, v in msg.loss_fn_config_v2.items()} or dict(
+        msg.loss_fn_config
+    )
+    allowed = (
+        {"clip_low_threshold", "clip_high_threshold"}
+        if loss_fn in ("ppo", "cispo", "gspo")
+        else set()
+    )
     if unknown := sorted(set(raw) - allowed):
         raise UserError(f"loss_fn_config {unknown} is not supported for {loss_fn}")
     # Tinker's losses are sums over tokens: the learner's seq-mean-token-sum-norm with 1/B
-    c: dict[str, Any] = {"loss_agg": "seq-mean-token-sum-norm", "loss_agg_constant": 1.0 / max(1, n_data)}  # fmt: skip
+    c: dict[str, Any] = {
+        "loss_agg": "seq-mean-token-sum-norm",
+        "loss_agg_constant": 1.0 / max(1, n_data),
+    }
     if "clip_low_threshold" in raw:
         c["clip_low"] = 1.0 - float(raw["clip_low_threshold"])
     if "clip_high_threshold" in raw:
@@ -115,7 +144,11 @@ def fb_proto(per_datum: list[list[float]], metrics: dict[str, float]) -> bytes:
     rec.num_datums = len(per_datum)
     field = rec.fields["logprobs"]
     field.dtype = pb.DTYPE_FLOAT32
-    field.data = np.concatenate([np.asarray(x, np.float32) for x in per_datum]).tobytes() if per_datum else b""  # fmt: skip
+    field.data = (
+        np.concatenate([np.asarray(x, np.float32) for x in per_datum]).tobytes()
+        if per_datum
+        else b""
+    )
     field.offsets = np.cumsum([0] + [4 * len(x) for x in per_datum]).astype(np.int64).tobytes()
     for k, v in metrics.items():  # Tinker names every metric `name:reduction`
         msg.metrics[k if ":" in k else f"{k}:sum"] = float(v)
@@ -131,7 +164,7 @@ def sample_prompt(req: Any, context: int, vocab: int) -> list[int]:
             raise APIError(400, f"{type(chunk).__name__} inputs are not supported by this server")
         tokens += chunk.tokens
     if not 1 <= len(tokens) < context:
-        raise APIError(400, f"the prompt has {len(tokens)} tokens; it must have 1 to {context - 1}")  # fmt: skip
+        raise APIError(400, f"the prompt has {len(tokens)} tokens; it must have 1 to {context - 1}")
     if any(not 0 <= t < vocab for t in tokens):
         raise APIError(400, f"prompt token ids must lie in [0, {vocab})")
     return tokens
@@ -148,7 +181,9 @@ def stop_strings(stop: Any, tokenizer: Any, vocab: int) -> tuple[str, ...]:
                 raise APIError(400, f"stop token {s} is outside the vocabulary")
             s = tokenizer.decode([s], skip_special_tokens=False)
         if not isinstance(s, str) or not s or len(s) > 256:
-            raise APIError(400, "stop sequences must be non-empty strings (<= 256 characters) or token ids")  # fmt: skip
+            raise APIError(
+                400, "stop sequences must be non-empty strings (<= 256 characters) or token ids"
+            )
         out.append(s)
     return tuple(out)
 
@@ -159,7 +194,9 @@ def sample_proto(results: list[Any], prompt_lps: list[float] | None) -> bytes:
     msg = pb.SampleResponse()
     for res in results:
         seq = msg.sequences.add()
-        seq.stop_reason = pb.STOP_REASON_LENGTH if res.finish_reason == "length" else pb.STOP_REASON_STOP  # fmt: skip
+        seq.stop_reason = (
+            pb.STOP_REASON_LENGTH if res.finish_reason == "length" else pb.STOP_REASON_STOP
+        )
         seq.tokens = np.asarray(res.token_ids, np.int32).tobytes()
         seq.logprobs = np.asarray(res.logprobs, np.float32).tobytes()
     if prompt_lps is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -46,15 +46,12 @@ def envs(
     rows = []
     for name, spec in registry.known_envs(declared).items():
         builtin = name in registry.BUILTINS
-        grammar = spec.grammar
-        if not builtin:
-            grammar = _plugin_grammar(spec.entry, base)
         rows.append(
             {
                 "name": name,
                 "kind": "built-in" if builtin else "plugin",
                 "id": spec.gym_id or spec.entry,
-                "grammar": grammar,
+                "grammar": _grammar(spec, None if builtin else base),
                 "bundled_tasks": spec.suite is not None,
             }
         )
@@ -73,17 +70,10 @@ def envs(
     print("\ntrain one: skyrl train --env NAME   (plugins: --tasks FILE for your own tasks)")
 
 
-def _plugin_grammar(entry: str, base: Path) -> str:
-    """A plugin's `grammar` attribute, else its docstring's first line; errors are shown inline."""
-    from environments import registry
-    from environments.contract import Extras
-
+def _grammar(spec: Any, base: Path | None) -> str:
+    """The row's action grammar (`EnvSpec.grammar`); a plugin that does not load is listed
+    with why, not fatal."""
     try:
-        cls = registry.load_class(entry, base)
-        grammar = Extras.of(cls).grammar
+        return spec.grammar(base)
     except Exception as e:  # noqa: BLE001 - a broken plugin is listed with why, not fatal
         return f"(cannot load: {e})"
-    if isinstance(grammar, str) and grammar:
-        return grammar
-    doc = (cls.__doc__ or "").strip().splitlines()
-    return doc[0] if doc else "(no description)"

@@ -32,7 +32,11 @@ SWE-bench-format suites (resolved rate, predictions.jsonl):
 
 def eval_(
     env: Annotated[
-        str | None, typer.Option("--env", help="Environment to score on: math, sql, ...")
+        str | None,
+        typer.Option(
+            "--env",
+            help="Environment to score on: a built-in or a plugin named in ./skyrl.yaml.",
+        ),
     ] = None,
     suite: Annotated[
         str | None,
@@ -123,7 +127,7 @@ def eval_(
             suite=suite, model=model, agent=agent, instances=instances, slice=slice_,
             repos=repos, output=output, workers=workers, resume=resume,
             max_turns=max_turns or 10, max_new_tokens=max_new_tokens, seed=seed,
-        )  # fmt: skip
+        )  # fmt: skip # the command line reads as typed
         _guarded(lambda: run_swe_eval(opts))
         return
     if env == "shell" and agent != "shell":
@@ -144,7 +148,7 @@ def eval_(
         model=model, env=env, split=split, tasks=tasks, n_samples=n_samples,
         temperature=temperature, limit=limit, output=output, max_turns=max_turns, seed=seed,
         tracking=tracking, sets=set_ or [],
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     _guarded(lambda: run_env_eval(env_opts))
 
 

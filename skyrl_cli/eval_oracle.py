@@ -33,6 +33,7 @@ def harbor_tasks(tasks: Path | None, split: str | None) -> list[Any]:
 def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> dict[str, Any]:
     """Run `agent` on each task; print the pre-flight lines, one line per task, the total."""
     from environments import harbor
+    from environments.registry import BUILTINS
     from environments.shell import ShellEnv
 
     if agent not in AGENTS:
@@ -43,6 +44,7 @@ def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> d
         if line is not None:
             blocked[task.id] = line
             print(f"pre-flight: {line}")
+    BUILTINS["shell"].check(sets)  # env.kwargs as train checks them: one sentence, no traceback
     env = ShellEnv(**sets)
     results: dict[str, Any] = {}
     try:

@@ -4,82 +4,18 @@
     skyrl eval --model runs/<id>                      # the run's env, config and last checkpoint
     skyrl eval --env sql --model openai:gpt-4o-mini@https://api.openai.com/v1 --n-samples 4
 
-No Ray: the policy runs in this process behind a `SamplingClient` (`HFEngine`, or
-`OpenAIEngine` for a server), and the episodes go through the same agent loop and
-`agents.evaluate.evaluate` as training.
-Writes `report.json` and `results.jsonl` (one trajectory per line) to the output folder,
-logs to MLflow, and, when the model is a run, files the report under the run's `eval/`.
+Resolves `--model` and the configuration, calls `agents.eval_env.evaluate_env` (which
+writes `report.json` and `results.jsonl` to the output folder), then logs to MLflow, files
+the report under the run's `eval/` when the model is a run, and prints the table.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.agent_loop import Budget, GenerateFn
-from agents.chat import ChatFormat
-from agents.engine import GenRequest, GenResult
-from agents.sampling import Local, SamplingClient
-from tasks.task import Task, load_tasks, select_split
-
-SPLITS = ("dev", "test", "train")
-
-
-@dataclass
-class ModelRef:
-    """What `--model` named, resolved."""
-
-    spec: str
-    """As the user typed it."""
-    path: Path | None = None
-    """Local HF folder to load (None for an `openai:` model)."""
-    run_dir: Path | None = None
-    """The run the checkpoint belongs to, when the model is a run or one of its checkpoints."""
-    step: int | None = None
-    """The checkpoint's training step."""
-    openai: tuple[str, str] | None = None
-    """(model name, base URL) of an OpenAI-compatible server."""
-
-
-@dataclass
-class Policy:
-    """A loaded model, as the agent loop needs it."""
-
-    chat: ChatFormat
-    sample: Callable[[list[GenRequest], float, float], list[GenResult]]
-    """(requests, temperature, top_p) -> results."""
-    chars_per_token: int = 1
-    """1 for token engines; the `openai` engine counts characters (budgets are scaled)."""
-
-    def generate_fn(self, temperature: float, top_p: float = 1.0) -> GenerateFn:
-        return lambda reqs: self.sample(reqs, temperature, top_p)
-
-
-@dataclass
-class EnvEvalOptions:
-    """The flags of `skyrl eval --env`."""
-
-    model: str
-    env: str | None = None
-    split: str | None = None
-    tasks: Path | None = None
-    n_samples: int = 1
-    temperature: float | None = None
-    limit: int | None = None
-    output: Path | None = None
-    max_turns: int | None = None
-    seed: int = 0
-    tracking: bool = True
-    sets: list[str] = field(default_factory=list)
+from agents.eval_env import EnvEvalOptions, ModelRef, evaluate_env, note, write_jsonl
 
 
 def resolve_eval_model(spec: str) -> ModelRef:
@@ -125,30 +61,6 @@ def _step_of(ckpt: Path) -> int:
     return int(json.loads((ckpt / "trainer_state.json").read_text())["step"])
 
 
-def load_policy(ref: ModelRef, threads: int = 0) -> Policy:
-    """Load the model behind `ref` in this process."""
-    if ref.openai is not None:
-        from agents.engine_openai import CHARS_PER_TOKEN, OpenAIEngine
-
-        api = OpenAIEngine(*ref.openai)
-        sampler = SamplingClient(Local(api))  # the `openai` backend: evaluation only
-        return Policy(
-            ChatFormat(api.tokenizer),
-            lambda r, t, p: sampler.generate(r, t, p).result(),
-            CHARS_PER_TOKEN,
-        )
-    from transformers.utils import logging as hf_logging
-
-    from agents.engine_hf import HFEngine
-    from agents.models import resolve_model
-
-    hf_logging.disable_progress_bar()  # our own progress line follows; no tqdm bars
-    path = ref.path or resolve_model(ref.spec)
-    engine = HFEngine(path, threads=threads or os.cpu_count() or 1)
-    hf = SamplingClient(Local(engine))
-    return Policy(ChatFormat(engine.tokenizer), lambda r, t, p: hf.generate(r, t, p).result())
-
-
 def eval_config(opts: EnvEvalOptions, ref: ModelRef) -> Any:
     """The run's saved config (when the model is a run and --env is absent or the same), else
     the embedded defaults for --env (plus ./skyrl.yaml's user environments), plus --set."""
@@ -172,80 +84,21 @@ def eval_config(opts: EnvEvalOptions, ref: ModelRef) -> Any:
     return build_config(layers, env_name=opts.env or layers[0]["env"]["name"])
 
 
-def load_eval_tasks(cfg: Any, opts: EnvEvalOptions) -> tuple[list[Task], str]:
-    """The tasks to score and the label of where they came from (split or file name)."""
-    from environments import registry
-
-    spec = registry.resolve(cfg.env.name, cfg.environments)
-    split = opts.split or cfg.eval.split
-    if opts.tasks is not None:
-        tasks, label = load_tasks(opts.tasks), opts.tasks.stem
-        if opts.split and any(t.split for t in tasks):
-            tasks = [t for t in tasks if t.split == opts.split]
-    elif cfg.env.tasks:
-        path = Path(cfg.env.tasks)
-        if not path.is_absolute() and cfg.project_dir:
-            path = Path(cfg.project_dir) / path
-        tasks, label = load_tasks(path), split  # a run's held-out part with eval.holdout
-        tasks = select_split(tasks, split, holdout=cfg.eval.holdout, eval_split=cfg.eval.split)
-    else:
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLITS)}")
-        tasks, label = registry.bundled_tasks(spec, split), split
-    tasks = tasks[: opts.limit] if opts.limit else tasks
-    if not tasks:
-        raise ValueError(f"no tasks to evaluate for env {cfg.env.name!r} ({label})")
-    return tasks, label
-
-
 def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     """Evaluate; print the table; write the output folder (and the run's eval/). Returns the
     report. ValueError (one sentence) for bad input."""
-    from agents.evaluate import evaluate
-    from environments import registry
-
     if opts.n_samples < 1:
         raise ValueError(f"--n-samples must be at least 1, got {opts.n_samples}")
     ref = resolve_eval_model(opts.model)
     cfg = eval_config(opts, ref)
-    tasks, label = load_eval_tasks(cfg, opts)
-    spec = registry.resolve(cfg.env.name, cfg.environments)
-    temperature = opts.temperature
-    if temperature is None:
-        temperature = 1.0 if opts.n_samples > 1 else 0.0
-    note(f"loading {opts.model} ...")
-    policy = load_policy(ref, cfg.trainer.threads)
-    project = Path(cfg.project_dir) if cfg.project_dir else None
-    make_env = partial(
-        registry.make_env, spec, project, max_turns=cfg.env.max_turns, **cfg.env.kwargs
-    )
-    cpt = policy.chars_per_token
-    budget = Budget(cfg.rollout.max_new_tokens * cpt, cfg.rollout.max_total_tokens * cpt)
-    n_episodes = len(tasks) * opts.n_samples
-    mode = "greedy" if temperature == 0 else f"temperature {temperature:g}"
-    note(f"evaluating {len(tasks)} {cfg.env.name} tasks ({label}) x {opts.n_samples} ({mode})")
-    start = time.time()
-    from trainers.progress import StepProgress
 
-    bar = StepProgress(0).eval_bar(n_episodes, label)  # one live line with our ETA, as in training
-    with ThreadPoolExecutor(cfg.rollout.env_workers) as pool:
-        report, trajs = evaluate(
-            policy.generate_fn(temperature), make_env, policy.chat, tasks, budget, pool,
-            opts.seed, samples=opts.n_samples, on_done=bar,
-        )  # fmt: skip
-    bar.done()
-    step = ref.step or 0
-    name = f"{label}-step-{step:06d}" + (f"-k{opts.n_samples}" if opts.n_samples > 1 else "")
-    report.update(
-        name=name, step=step, split=label, env=cfg.env.name, model=opts.model,
-        temperature=temperature, wall_s=round(time.time() - start, 2),
-    )  # fmt: skip
-    records = [
-        {**t.to_record(step), "sample": i % opts.n_samples, "correct": _correct(t)}
-        for i, t in enumerate(trajs)
-    ]
-    out = opts.output or Path("evals") / f"{cfg.env.name}-{label}-{_stamp()}"
-    write_outputs(out, report, records)
+    def progress(n_episodes: int, label: str) -> Any:
+        from trainers.progress import StepProgress
+
+        return StepProgress(0).eval_bar(n_episodes, label)
+
+    report, records, out = evaluate_env(opts, cfg, ref, progress)
+    name, label = report["name"], report["split"]
     if ref.run_dir is not None:
         from trainers.rundir import RunDir
 
@@ -259,28 +112,6 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     note(f"wrote {out}/report.json and {out}/results.jsonl" + (
         f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else ""))  # fmt: skip
     return report
-
-
-def _correct(traj: Any) -> bool:
-    from agents.evaluate import is_correct
-
-    return is_correct(traj)
-
-
-def _stamp() -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
-def write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), "utf-8")
-    os.replace(tmp, path)
-
-
-def write_outputs(out: Path, report: dict[str, Any], records: list[dict[str, Any]]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    write_jsonl(out / "results.jsonl", records)
 
 
 def log_to_mlflow(cfg: Any, ref: ModelRef, report: dict[str, Any], out: Path) -> None:
@@ -331,10 +162,6 @@ def print_table(report: dict[str, Any], env: str, label: str) -> None:
             cells = [f"{row.get(f'pass@{k}', 0.0):.1%}" for k in ks]
             table.add_row(safe(f"{key}={value}"), str(row["tasks"]), *cells, "", "")
     console(width=120).print(table)
-
-
-def note(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def _looks_local(path: Path) -> bool:

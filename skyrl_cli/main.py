@@ -6,7 +6,7 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -73,12 +73,26 @@ def _root(
         raise typer.Exit()
 
 
-app.command("init")(init_cmd.init)
-app.command("train")(train_cmd.train)
+class _EnvHelp(typer.core.TyperCommand):
+    """A command whose `--env` help names the registry's built-ins, read from its table when
+    the help is shown: the registry imports gymnasium, which starting `skyrl` does not need."""
+
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        from environments.registry import BUILTINS
+
+        names = f" Built-ins: {', '.join(BUILTINS)}."
+        for param in self.params:
+            if isinstance(param, typer.core.TyperOption) and param.name == "env" and param.help:
+                param.help = param.help.removesuffix(names) + names
+        super().format_help(ctx, formatter)
+
+
+app.command("init", cls=_EnvHelp)(init_cmd.init)
+app.command("train", cls=_EnvHelp)(train_cmd.train)
 app.command("runs")(runs_cmd.runs)
 app.command("envs")(envs_cmd.envs)
 app.command("watch")(watch_cmd.watch)
-app.command("eval")(eval_cmd.eval_)
+app.command("eval", cls=_EnvHelp)(eval_cmd.eval_)
 app.command("serve")(serve_cmd.serve)
 
 # Help shows values the way CLIs usually do (`--model TEXT`, `init PATH`), not Typer's

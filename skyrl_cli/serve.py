@@ -17,6 +17,7 @@ Examples:
   skyrl serve --model tiny                      # 127.0.0.1:8000: /v1 OpenAI, /api/v1 Tinker
   skyrl serve --model runs/<id> --port 8001     # the run's latest checkpoint
   SKYRL_API_KEY=tml-secret skyrl serve --model smollm2-135m --host 0.0.0.0
+  skyrl serve --model tiny --api-key tml-alice-key --api-key tml-bob-key   # two clients
   skyrl eval --env math --model openai:tiny@http://127.0.0.1:8000/v1
 """
 
@@ -55,11 +56,13 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
     api_key: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--api-key",
             envvar="SKYRL_API_KEY",
-            help="Key every request must carry (needed off loopback); Tinker's client wants it to start with tml-.",
+            help="A key requests must carry (needed off loopback); repeat it (or space-separate "
+            "SKYRL_API_KEY) for one key per client, each client seeing only its own sessions, "
+            "models and checkpoints; Tinker's client wants keys to start with tml-.",
         ),
     ] = None,
     state_dir: Annotated[
@@ -73,14 +76,21 @@ def serve(
     """Serve a model: the OpenAI API (/v1) and Tinker's training API (/api/v1)."""
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}")
-    if not _loopback(host) and not api_key:
-        fail(f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)")  # fmt: skip
-    if api_key is not None and len(api_key) < 8:
+    keys = tuple(api_key or ())
+    if any(len(k) < 8 for k in keys):
         fail("--api-key must be at least 8 characters")
+    if len(set(keys)) < len(keys):
+        fail("each --api-key must differ from the others (a key names one client)")
+    if not _loopback(host) and not keys:
+        fail(
+            f"binding {host} exposes the server beyond this machine; pass --api-key (or set SKYRL_API_KEY)"
+        )
     from skyrl_cli.eval_run import resolve_eval_model
 
     if model.startswith("openai:"):
-        fail("--model must be a local model (a preset, an HF folder or id, or a run), not an openai: server")  # fmt: skip
+        fail(
+            "--model must be a local model (a preset, an HF folder or id, or a run), not an openai: server"
+        )
     try:
         ref = resolve_eval_model(model)
         from agents.models import resolve_model
@@ -97,7 +107,7 @@ def serve(
         model_name=model,
         model_path=Path(path).resolve(),
         state_dir=(state_dir or Path("skyrl-serve")).resolve(),
-        api_key=api_key,
+        api_keys=keys,
         threads=threads or os.cpu_count() or 1,
         aliases={str(Path(path).resolve())},
     )

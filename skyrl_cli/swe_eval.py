@@ -4,226 +4,36 @@
     skyrl eval --suite swe-bench-mini --model smollm2-135m --max-turns 6
     skyrl eval --suite instances.jsonl --repos ./repos --slice 0:20 --model runs/<id> --resume
 
-Agents: `shell` runs the model in `skyrl/SWE-v0` (bash in the checked-out repo, the patch is
-its `git diff`, graded by the harness) through the same agent loop as training; `gold`
-grades the instance's own patch; `empty` grades no change. The output folder holds the
-official `predictions.jsonl` and `report.json`, and `logs/<instance_id>/` (the result, the
-patch, the test output and, for `shell`, the trajectory). An instance is finished when its
-`logs/<id>/result.json` exists; `--resume` skips those.
+Calls `agents.eval_swe.run_swe_eval` (the agents, the grading, the output folder) with a
+progress line per finished instance, then prints the summary.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from environments.swe_harness import GradeResult, grade, prediction, report
+from agents.eval_swe import SweEvalOptions, save_result
+from environments.swe_harness import GradeResult
 from tui.reader import terminal_safe
 
-AGENTS = ("shell", "gold", "empty")
-OFFICIAL = {
-    "swe-bench-lite": "princeton-nlp/SWE-bench_Lite",
-    "swe-bench-verified": "princeton-nlp/SWE-bench_Verified",
-}
-"""Official dataset names -> their Hugging Face dataset (split `test`)."""
-RESULT_FIELDS = ("instance_id", "model_patch", "resolved", "empty_patch", "patch_applied", "error")
-
-
-@dataclass
-class SweEvalOptions:
-    """The flags of `skyrl eval --suite`."""
-
-    suite: str
-    model: str | None = None
-    agent: str = "shell"
-    instances: str | None = None
-    slice: str | None = None
-    repos: Path | None = None
-    output: Path | None = None
-    workers: int = 4
-    resume: bool = False
-    max_turns: int = 10
-    max_new_tokens: int = 384
-    max_total_tokens: int = 8192
-    seed: int = 0
-
-
-def load_suite(name: str) -> list[dict[str, Any]]:
-    """swe-bench-mini, an official dataset name (needs a reachable hub), or a file."""
-    from tasks.swe import load_instances
-
-    if name not in OFFICIAL:
-        return load_instances(name)
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or not _reachable(
-        "huggingface.co"
-    ):
-        raise ValueError(
-            f"{name} is downloaded from the Hugging Face hub, which is not reachable here; "
-            "pass the instances as a JSONL or Parquet file (--suite FILE) or use swe-bench-mini"
-        )
-    import tempfile
-
-    from datasets import load_dataset
-
-    rows = load_dataset(OFFICIAL[name], split="test")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows), encoding="utf-8")
-        return load_instances(path)
-
-
-def _reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def select(instances: list[dict[str, Any]], ids: str | None, span: str | None) -> list[dict]:
-    """The instances named by `--instances a,b` or `--slice START:END` (all without either)."""
-    if ids:
-        wanted = [i.strip() for i in ids.split(",") if i.strip()]
-        by_id = {str(i["instance_id"]): i for i in instances}
-        unknown = [i for i in wanted if i not in by_id]
-        if unknown:
-            known = ", ".join(list(by_id)[:5])
-            raise ValueError(
-                f"unknown instance id(s) {', '.join(unknown)}; the suite has e.g. {known}"
-            )
-        return [by_id[i] for i in wanted]
-    if span:
-        start, sep, end = span.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            chosen = instances[int(start) if start else None : int(end) if end else None]
-        except ValueError:
-            raise ValueError(
-                f"--slice {span!r} must look like START:END, e.g. 0:10 or :5"
-            ) from None
-        if not chosen:
-            raise ValueError(
-                f"--slice {span} selects none of the suite's {len(instances)} instances"
-            )
-        return chosen
-    return instances
-
-
-_repo_locks: dict[str, threading.Lock] = {}
-_locks_lock = threading.Lock()
-
-
-def ensure_repo(repos_dir: Path, repo: str) -> str | None:
-    """Make `repos_dir/owner__name` exist (cloned from GitHub when the network allows);
-    None when it is there, else why not (one sentence). One clone per repo at a time."""
-    with _locks_lock:
-        lock = _repo_locks.setdefault(repo, threading.Lock())
-    with lock:
-        return _ensure_repo(repos_dir, repo)
-
-
-def _ensure_repo(repos_dir: Path, repo: str) -> str | None:
-    from tasks.swe.build import run_git
-    from tasks.swe.checks import COMPONENT
-
-    if len(repo.split("/")) != 2 or not all(COMPONENT.fullmatch(p) for p in repo.split("/")):
-        return f"the repo {repo!r} is not owner/name"
-    dest = repos_dir / repo.replace("/", "__")
-    if (dest / ".git").exists() or (dest / "HEAD").exists():
-        return None
-    if repo.startswith("skyrl-mini/") or not _reachable("github.com"):
-        return f"no repository {dest.name} under {repos_dir}, and it cannot be cloned from here"
-    repos_dir.mkdir(parents=True, exist_ok=True)
-    proc = run_git(repos_dir, "clone", "-q", "--", f"https://github.com/{repo}.git", str(dest))
-    if proc.returncode != 0:
-        return f"cloning {repo} failed: {proc.stderr.strip()[-300:]}"
-    return None
+__all__ = ["Recorder", "SweEvalOptions", "print_summary", "run_swe_eval"]
 
 
 def run_swe_eval(opts: SweEvalOptions) -> dict[str, Any]:
     """Run the agent on the selected instances; print the summary; return the report."""
-    from skyrl_cli.eval_run import note
+    from agents import eval_swe
+    from agents.eval_env import load_policy, note
+    from skyrl_cli.eval_run import resolve_eval_model
 
-    if opts.agent not in AGENTS:
-        raise ValueError(f"unknown agent {opts.agent!r}; known: {', '.join(AGENTS)}")
-    if opts.agent == "shell" and opts.model is None:
-        raise ValueError("--agent shell needs --model (or use --agent gold / --agent empty)")
-    suite_name = Path(opts.suite).stem if Path(opts.suite).is_file() else opts.suite
-    instances = select(load_suite(opts.suite), opts.instances, opts.slice)
-    repos = opts.repos
-    if repos is None:
-        from tasks.cache import cache_dir
-        from tasks.swe import SUITE_NAME, suite_repos_dir
-
-        repos = suite_repos_dir() if opts.suite == SUITE_NAME else cache_dir() / "swe-repos"
-    out = output_dir(opts, suite_name)
-    done = finished(out) if opts.resume else {}
-    todo = [i for i in instances if str(i["instance_id"]) not in done]
-    note(
-        f"{suite_name}: {len(instances)} instances, agent {opts.agent}"
-        + (f" ({len(instances) - len(todo)} already finished)" if done else "")
-        + f"; output {out}"
+    rep, out = eval_swe.run_swe_eval(
+        opts, lambda model: load_policy(resolve_eval_model(model)), Recorder
     )
-    start = time.time()
-    model_name = opts.model or opts.agent
-    saver = Recorder(out, len(todo))
-    if opts.agent == "shell":
-        run_shell_agent(opts, todo, repos, saver)
-    else:
-        run_patch_agent(opts.agent, todo, repos, opts.workers, saver)
-    wall = time.time() - start
-    results = finished(out)
-    graded = [results[str(i["instance_id"])] for i in instances if str(i["instance_id"]) in results]
-    preds = [prediction(r.instance_id, model_name, r.model_patch) for r in graded]
-    (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
-    rep = report(graded, instances)
-    rep.update(suite=suite_name, agent=opts.agent, model_name_or_path=model_name,
-               wall_time_s=round(wall, 1))  # fmt: skip
-    (out / "report.json").write_text(json.dumps(rep, indent=1), encoding="utf-8")
-    print_summary(rep, wall)
+    print_summary(rep, rep["wall_time_s"])
     note(f"wrote {out}/report.json, predictions.jsonl and logs/")
     return rep
-
-
-def output_dir(opts: SweEvalOptions, suite_name: str) -> Path:
-    """--output, else the newest earlier folder of this suite and agent (--resume), else a
-    new `./swe-eval/<suite>-<agent>-<timestamp>`."""
-    if opts.output is not None:
-        opts.output.mkdir(parents=True, exist_ok=True)
-        return opts.output
-    base, prefix = Path("swe-eval"), f"{suite_name}-{opts.agent}-"
-    if opts.resume:
-        earlier = sorted(p for p in base.glob(prefix + "*") if p.is_dir()) if base.exists() else []
-        if earlier:
-            return earlier[-1]
-    out = base / (prefix + datetime.now().strftime("%Y%m%d-%H%M%S"))
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def finished(out: Path) -> dict[str, GradeResult]:
-    """Instance id -> result of every instance finished in `out`."""
-    results = {}
-    for path in sorted((out / "logs").glob("*/result.json")):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue  # torn by a crash: the instance runs again
-        results[rec["instance_id"]] = GradeResult(
-            **{k: rec[k] for k in RESULT_FIELDS}, tests_status=rec.get("tests_status") or {}
-        )
-    return results
 
 
 class Recorder:
@@ -243,120 +53,6 @@ class Recorder:
             eta = spent / self.done * (self.total - self.done)
             line = f"[{self.done}/{self.total}] {result.instance_id}: {state} "
             print(terminal_safe(line) + f"({spent:.0f}s, ETA {eta:.0f}s)", flush=True)
-
-
-def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | None = None) -> None:
-    """Write `logs/<id>/`: patch.diff, test_output.txt, trajectory.json, then result.json last
-    (its presence marks the instance finished). ValueError for an id that is not one plain
-    path component (it would name a folder outside `logs/`)."""
-    from tasks.swe.checks import COMPONENT
-
-    if not COMPONENT.fullmatch(result.instance_id):
-        raise ValueError(f"instance_id {result.instance_id!r} is not one plain path component")
-    logs = out / "logs" / result.instance_id
-    logs.mkdir(parents=True, exist_ok=True)
-    (logs / "patch.diff").write_text(result.model_patch, encoding="utf-8")
-    (logs / "test_output.txt").write_text(result.log, encoding="utf-8")
-    if trajectory is not None:
-        (logs / "trajectory.json").write_text(json.dumps(trajectory, indent=1), encoding="utf-8")
-    rec = {k: v for k, v in asdict(result).items() if k not in ("log", "workdir", "test_results")}
-    rec["report"] = result.to_report()
-    tmp = logs / ".result.json.tmp"
-    tmp.write_text(json.dumps(rec, indent=1), encoding="utf-8")
-    os.replace(tmp, logs / "result.json")
-
-
-def run_patch_agent(
-    agent: str, todo: list[dict[str, Any]], repos: Path, workers: int,
-    save: Callable[[GradeResult], None],
-) -> None:  # fmt: skip
-    """gold / empty: grade the instance's own patch, or none, `workers` at a time."""
-
-    def one(inst: dict[str, Any]) -> None:
-        iid = str(inst["instance_id"])
-        try:
-            why = ensure_repo(repos, str(inst["repo"]))
-            patch = str(inst["patch"]) if agent == "gold" else ""
-            result = (
-                GradeResult(iid, patch, error=why) if why else grade(inst, patch, repos_dir=repos)
-            )
-        except Exception as e:  # noqa: BLE001 - one instance's crash is its own error
-            result = GradeResult(iid, "", error=f"{type(e).__name__}: {e}")
-        save(result)
-
-    with ThreadPoolExecutor(workers, thread_name_prefix="skyrl-swe") as pool:
-        list(pool.map(one, todo))
-
-
-def run_shell_agent(
-    opts: SweEvalOptions, todo: list[dict[str, Any]], repos: Path,
-    save: Callable[..., None],
-) -> None:  # fmt: skip
-    """The model in `skyrl/SWE-v0`, `workers` instances per batch of the agent loop."""
-    from agents.agent_loop import Budget, episode_seed, run_episodes
-    from environments.swe import SWEEnv, instance_task
-    from skyrl_cli.eval_run import load_policy, note, resolve_eval_model
-
-    assert opts.model is not None
-    ready = []
-    for inst in todo:
-        why = ensure_repo(repos, str(inst["repo"]))
-        if why:
-            save(GradeResult(str(inst["instance_id"]), "", error=why))
-        else:
-            ready.append(inst)
-    if not ready:
-        return
-    note(f"loading {opts.model} ...")
-    policy = load_policy(resolve_eval_model(opts.model))
-    cpt = policy.chars_per_token
-    budget = Budget(opts.max_new_tokens * cpt, opts.max_total_tokens * cpt)
-    make_env = partial(SWEEnv, max_turns=opts.max_turns, repos_dir=repos)
-    greedy = policy.generate_fn(0.0)
-    turn = [0]
-
-    def generate(reqs: list[Any]) -> list[Any]:  # greedy, with a line per turn of the batch
-        turn[0] += 1
-        t0 = time.time()
-        out = greedy(reqs)
-        note(f"  turn {turn[0]}: {len(reqs)} live episode(s), {time.time() - t0:.0f}s generating")
-        return out
-
-    with ThreadPoolExecutor(opts.workers, thread_name_prefix="skyrl-swe") as pool:
-        for i in range(0, len(ready), opts.workers):
-            chunk = ready[i : i + opts.workers]
-            turn[0] = 0
-            tasks = [instance_task(inst) for inst in chunk]
-            seeds = [episode_seed(opts.seed, "swe", t.id) for t in tasks]
-            trajs = run_episodes(
-                generate, make_env, policy.chat, tasks, list(range(len(tasks))), seeds, budget, pool
-            )
-            for inst, traj in zip(chunk, trajs, strict=True):
-                save(to_result(inst, traj), _trajectory_record(traj))
-
-
-def to_result(instance: dict[str, Any], traj: Any) -> GradeResult:
-    """The grade the environment reported at the end of the episode (an error if none)."""
-    info, iid = traj.info, str(instance["instance_id"])
-    if "resolved" not in info:  # the episode broke before grading (reset failed, crash)
-        return GradeResult(
-            iid, "", error=traj.error or f"the episode ended ({traj.stop_reason}) ungraded"
-        )
-    return GradeResult(
-        iid, str(info.get("model_patch") or ""), resolved=bool(info["resolved"]),
-        empty_patch=bool(info.get("empty_patch")), patch_applied=bool(info.get("patch_applied")),
-        error=info.get("grade_error"), tests_status=json.loads(info.get("tests_status") or "{}"),
-        log=str(info.get("test_output") or ""),
-    )  # fmt: skip
-
-
-def _trajectory_record(traj: Any) -> dict[str, Any]:
-    """The trajectory as text (turns, reward, stop reason), without the token arrays."""
-    rec = traj.to_record(0)
-    for key in ("token_ids", "loss_mask", "logprobs", "step"):
-        rec.pop(key, None)
-    rec["info"] = {k: v for k, v in rec["info"].items() if k not in ("test_output",)}
-    return rec
 
 
 def print_summary(rep: dict[str, Any], wall: float) -> None:

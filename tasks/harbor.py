@@ -21,6 +21,12 @@ it writes `/logs/verifier/reward.json` (named numbers) or `/logs/verifier/reward
 number), and reward.json wins when both exist. Our bundled tasks use those paths as Harbor's
 own tasks do (skyrl also sets `LOGS_DIR` and `TESTS_DIR` to them, for older verifiers).
 
+A task folder is data (docs/security.md): a symlink anywhere in it that resolves outside it
+is refused at load; a `[verifier].env` / `[solution].env` value never reads the trainer's
+environment (Harbor's `${NAME:-default}` reads as its default, a bare `${NAME}` is refused:
+Harbor fills it from the host, for secrets); every number in task.toml is finite and the
+ones Harbor defines are within `BOUNDS`.
+
 `load_suite(split)` returns the tasks bundled in `tasks/shell/`; each belongs to one fixed
 split (`SPLITS`), so held-out tasks are never trained on.
 """
@@ -33,6 +39,7 @@ import math
 import os
 import re
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +48,9 @@ from tasks.task import Task
 __all__ = [
     "SPLITS",
     "SUITE_DIR",
+    "agent_timeout",
+    "check_folder",
+    "check_links",
     "load_harbor_task",
     "load_suite",
     "read_reward",
@@ -63,6 +73,21 @@ DEFAULT_VERIFIER_TIMEOUT_S = 60.0
 """Verifier time limit of a task whose task.toml names none."""
 MAX_INSTRUCTION_CHARS = 100_000
 MAX_REWARD_FILE_BYTES = 65_536
+DAY_S = 86_400.0
+BOUNDS: dict[tuple[str, str], tuple[float, float, bool]] = {
+    ("verifier", "timeout_sec"): (0.0, DAY_S, False),
+    ("agent", "timeout_sec"): (0.0, DAY_S, False),
+    ("environment", "build_timeout_sec"): (0.0, DAY_S, False),
+    ("environment", "cpus"): (0.0, 1024.0, False),
+    ("environment", "memory_mb"): (0.0, float(1 << 24), False),
+    ("environment", "storage_mb"): (0.0, float(1 << 24), False),
+    ("environment", "gpus"): (0.0, 64.0, True),
+}
+"""(table, key) -> (low, high, low allowed) of the numbers Harbor's task.toml defines: time
+limits over 0 s up to a day, cpus up to 1024, memory and storage up to 16 TiB in MB, gpus
+0-64. Any other number in task.toml must be finite."""
+_TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}", re.DOTALL)
+"""Harbor's `${NAME}` / `${NAME:-default}`: a whole value, else the value is a literal."""
 
 
 def _table(config: dict[str, Any], name: str, where: Path) -> dict[str, Any]:
@@ -72,13 +97,56 @@ def _table(config: dict[str, Any], name: str, where: Path) -> dict[str, Any]:
     return value
 
 
-def _seconds(table: dict[str, Any], where: str) -> float | None:
-    value = table.get("timeout_sec")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"{where}.timeout_sec must be a positive number, got {value!r}")
-    return float(value)
+def _numbers(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, int | float]]:
+    """(table, key, number) of every number in a task.toml value, tables and arrays opened."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield ".".join(path[:-1]), path[-1] if path else "", value
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _numbers(item, (*path, str(name)))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _numbers(item, path)
+
+
+def _check_numbers(config: dict[str, Any], where: Path) -> None:
+    """Every number finite; Harbor's own (`BOUNDS`) within their range; else one sentence."""
+    for table, key, number in _numbers(config):
+        low, high, low_ok = BOUNDS.get((table, key), (-math.inf, math.inf, True))
+        inside = (low <= number if low_ok else low < number) and number <= high
+        if inside and (not isinstance(number, float) or math.isfinite(number)):
+            continue
+        shown = f"{number:.3g}" if isinstance(number, float) else f"{str(number)[:20]}"
+        accepted = (
+            f"a number in {'[' if low_ok else '('}{low:.10g}, {high:.10g}]"
+            if (table, key) in BOUNDS
+            else "a finite number"
+        )
+        name = f"[{table}] {key}" if table else key
+        raise ValueError(f"{where}: {name} must be {accepted}, got {shown}")
+
+
+def check_links(task_dir: Path) -> None:
+    """ValueError (one sentence) for a symlink anywhere in the folder that resolves outside it:
+    a host file would become the prompt, the build context, the tests or the solution."""
+    task_dir = Path(task_dir).resolve()
+    for folder, dirs, files in os.walk(task_dir):
+        for name in dirs + files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                continue
+            try:
+                inside = path.resolve().is_relative_to(task_dir)
+            except (OSError, RuntimeError):  # a loop
+                inside = False
+            if not inside:
+                rel = path.relative_to(task_dir)
+                raise ValueError(
+                    f"Harbor task {task_dir}: {rel} is a symlink to {os.readlink(path)}, "
+                    "outside the task folder (a task's files must be its own)"
+                )
 
 
 def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
@@ -91,6 +159,7 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     task_dir = Path(task_dir).expanduser().resolve()
     if not task_dir.is_dir():
         raise ValueError(f"Harbor task folder {task_dir} does not exist")
+    check_links(task_dir)
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no instruction.md")
@@ -104,24 +173,7 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     toml_path = task_dir / "task.toml"
     if not toml_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no task.toml")
-    try:
-        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{toml_path} is not valid TOML ({e})") from None
-    meta = _table(config, "metadata", toml_path)
-    tags = meta.get("tags", [])
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
-    verifier_table = _table(config, "verifier", toml_path)
-    verifier = _seconds(verifier_table, f"{toml_path}: [verifier]")
-    agent = _seconds(_table(config, "agent", toml_path), f"{toml_path}: [agent]")
-    envs = {
-        name: _env_table(table, f"{toml_path}: [{name}].env")
-        for name, table in (
-            ("verifier", verifier_table),
-            ("solution", _table(config, "solution", toml_path)),
-        )
-    }
+    meta, tags, verifier, agent, envs = _settings(toml_path)
     if split is not None and split not in SPLIT_NAMES:
         raise ValueError(f"unknown split {split!r}; accepted: {', '.join(SPLIT_NAMES)}")
     return Task(
@@ -135,29 +187,79 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
             "difficulty": str(meta.get("difficulty", "unknown")),
             "category": str(meta.get("category", "")),
             "tags": list(tags),
-            "verifier_timeout_s": verifier or DEFAULT_VERIFIER_TIMEOUT_S,
-            "agent_timeout_s": agent,
+            "verifier_timeout_s": float(verifier or DEFAULT_VERIFIER_TIMEOUT_S),
+            "agent_timeout_s": None if agent is None else float(agent),
             "has_solution": (task_dir / "solution" / "solve.sh").is_file(),
             **{f"{name}_env": env for name, env in envs.items() if env},
         },
     )
 
 
+Settings = tuple[dict[str, Any], list[str], float | None, float | None, dict[str, dict[str, str]]]
+
+
+def _settings(toml_path: Path) -> Settings:
+    """(metadata, tags, verifier and agent timeout_sec, the verifier's and the solution's env)
+    of a task.toml, every number and env value checked; ValueError names what is wrong."""
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except ValueError as e:  # TOMLDecodeError, UnicodeDecodeError, an int over 4300 digits
+        raise ValueError(f"{toml_path} is not valid TOML ({e})") from None
+    _check_numbers(config, toml_path)
+    meta = _table(config, "metadata", toml_path)
+    tags = meta.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValueError(f"{toml_path}: [metadata] tags must be a list of strings")
+    verifier_table = _table(config, "verifier", toml_path)
+    verifier = verifier_table.get("timeout_sec")
+    agent = _table(config, "agent", toml_path).get("timeout_sec")
+    envs = {
+        name: _env_table(table, f"{toml_path}: [{name}.env]")
+        for name, table in (
+            ("verifier", verifier_table),
+            ("solution", _table(config, "solution", toml_path)),
+        )
+    }
+    return meta, tags, verifier, agent, envs
+
+
+def check_folder(task_dir: Path) -> None:
+    """The checks `load_harbor_task` makes of a folder's own files, for a task row that names
+    the folder without loading it: its symlinks, and its task.toml when it has one."""
+    task_dir = Path(task_dir).resolve()
+    check_links(task_dir)
+    if (task_dir / "task.toml").is_file():
+        _settings(task_dir / "task.toml")
+
+
 def _env_table(table: dict[str, Any], where: str) -> dict[str, str]:
+    """A task.toml `env` table as the command will get it: never read from the trainer's
+    environment. Harbor fills a whole-value `${NAME}` from its host (for secrets such as an
+    LLM judge's API key) and `${NAME:-default}` with the default where NAME is unset: here
+    the default is used, and a `${NAME}` without one is refused; any other text is literal."""
     value = table.get("env", {})
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise ValueError(f"{where} must be a table of names to strings")
-    return {k: str(v) for k, v in value.items()}
+    env = {}
+    for key, raw in value.items():
+        text = str(raw)
+        template = _TEMPLATE.fullmatch(text)
+        if template is not None and template.group(2) is None:
+            raise ValueError(
+                f"{where} {key} = {text[:80]!r} asks for the host's environment variable "
+                f"{template.group(1)[:80]}, and skyrl gives a task none of the trainer's "
+                "environment (write the value, or `${NAME:-value}`)"
+            )
+        env[key] = template.group(2) if template is not None else text
+    return env
 
 
 def _task_env(task: Task, key: str) -> dict[str, str]:
-    """A task.toml `env` table with Harbor's `${VAR}` / `${VAR:-default}` read from ours."""
+    """A task's `env` table, as strings (load_harbor_task resolved Harbor's templates)."""
     value = task.metadata.get(key) or {}
-    pattern = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-    return {
-        str(k): pattern.sub(lambda m: os.environ.get(m.group(1), m.group(2) or ""), str(v))
-        for k, v in value.items()
-    }
+    if not isinstance(value, dict):
+        raise ValueError(f"task {task.id!r}: metadata.{key} must be a table of names to strings")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def verifier_env(task: Task) -> dict[str, str]:
@@ -170,12 +272,34 @@ def solution_env(task: Task) -> dict[str, str]:
     return _task_env(task, "solution_env")
 
 
+def _time_limit(task: Task, key: str, table: str, default: float | None) -> float | None:
+    value = task.metadata.get(key)
+    if value is None:
+        return default
+    low, high, _ = BOUNDS[(table, "timeout_sec")]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (low < value <= high)  # nan fails this too
+    ):
+        raise ValueError(
+            f"task {task.id!r}: metadata.{key} must be a number in ({low:.10g}, {high:.10g}] "
+            f"seconds, got {str(value)[:20]}"
+        )
+    return float(value)
+
+
 def verifier_timeout(task: Task) -> float:
-    """The task's verifier time limit in seconds (`[verifier] timeout_sec`)."""
-    value = task.metadata.get("verifier_timeout_s")
-    return (
-        float(value) if isinstance(value, int | float) and value > 0 else DEFAULT_VERIFIER_TIMEOUT_S
-    )
+    """The task's verifier time limit in seconds (`[verifier] timeout_sec`); ValueError when
+    the metadata holds one outside (0, a day]."""
+    limit = _time_limit(task, "verifier_timeout_s", "verifier", DEFAULT_VERIFIER_TIMEOUT_S)
+    assert limit is not None
+    return limit
+
+
+def agent_timeout(task: Task) -> float | None:
+    """The task's agent time limit in seconds (`[agent] timeout_sec`, the oracle's), or None."""
+    return _time_limit(task, "agent_timeout_s", "agent", None)
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,7 +14,7 @@
     sort_words      Sort these words alphabetically: ...          (exact: "apple kiwi pear")
 
 `load_suite(split)` returns a fixed suite (train 1000, dev 100, test 100); `answer` is the
-gold value and `metadata["grader"]` is `numeric` or `exact` (see `environments.python.grade`).
+gold value and `metadata["grader"]` is `numeric` or `exact` (see `grade` of the Python environment).
 Splits are disjoint: a question belongs to one split by a hash of its text, as in
 `tasks.math`. No question repeats within a suite.
 """

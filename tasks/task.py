@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,13 @@ Message = dict[str, str]
 
 @dataclass(frozen=True)
 class Task:
-    """One episode's worth of input and the data its grader needs."""
+    """One episode's worth of input and the data its grader needs.
+
+    Also a read-only view of the JSON row it was written as, so an environment may read it
+    either way: `task.prompt` or `task["prompt"]`, `task.get("metadata")`, `"answer" in task`,
+    `dict(task)`. The row's keys are the fields; `answer` and `split` when they are not None
+    (a row may leave them out), `metadata` always (empty when the row has none).
+    """
 
     id: str
     """Unique within its suite, stable across rebuilds (used for data position and reports)."""
@@ -43,6 +50,36 @@ class Task:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
+
+    # ---- the row view (collections.abc.Mapping's methods, written out: no inheritance)
+
+    def keys(self) -> list[str]:
+        return [
+            f.name for f in fields(self) if f.name in _ALWAYS or getattr(self, f.name) is not None
+        ]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.keys() else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
 
     @staticmethod
     def from_dict(obj: dict[str, Any], *, where: str = "task") -> Task:
@@ -72,6 +109,9 @@ class Task:
             metadata=dict(obj.get("metadata") or {}),
         )
 
+
+_ALWAYS = ("id", "env", "prompt", "metadata")
+"""Keys of a task's row view whatever their value; `answer` and `split` only when set."""
 
 SKYRL_ROW_FIELDS = {"data_source", "prompt", "env_class", "reward_spec", "extra_info"}
 """A SkyRL dataset row (SkyRL's examples write them to Parquet)."""

@@ -35,6 +35,34 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The files that take longest (the CI log's --durations), longest first. `make pytest` hands
+# whole files to two xdist workers in collection order (--no-loadscope-reorder; xdist's own
+# order, most tests first, put these one-to-three-test files last, so one worker ran a long
+# file alone at the end). Started first, the long files run beside each other and the many
+# short files fill in behind them, so both workers finish at about the same time.
+LONGEST_FIRST = (
+    "tests/e2e/test_train_cli.py",
+    "tests/trainers/test_async.py",
+    "tests/trainers/test_distributed_learners.py",
+    "tests/trainers/test_distributed_train.py",
+    "tests/e2e/test_run_integrity.py",
+    "tests/trainers/test_one_home_pin.py",
+    "tests/trainers/test_refactor_pin.py",
+    "tests/trainers/test_lora.py",
+    "tests/e2e/test_algorithms_cli.py",
+    "tests/benchmarks/test_scripts_run.py",
+    "tests/e2e/test_learning.py",
+    "tests/e2e/test_run_health.py",
+    "tests/serve/test_lora_pin.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The LONGEST_FIRST files first, in that order; every file's tests stay together and in
+    their own order, the other files keep theirs."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -67,7 +95,9 @@ def ray_address(tmp_path_factory):
             f"--port={port}",
             "--num-cpus=2",
             "--include-dashboard=false",
-            "--node-ip-address=127.0.0.1",
+            # not 127.0.0.1: Ray rewrites it (and localhost) to the machine's interface
+            # address, and the cluster's traffic would leave loopback
+            "--node-ip-address=127.0.0.2",
             "--disable-usage-stats",
             f"--temp-dir={temp_dir}",
         ],
@@ -75,11 +105,11 @@ def ray_address(tmp_path_factory):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    address = f"127.0.0.1:{port}"
+    address = f"127.0.0.2:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            socket.create_connection(("127.0.0.2", port), timeout=1).close()
             break
         except OSError:
             if proc.poll() is not None:

@@ -1,11 +1,12 @@
 """Typed configuration for a training run, validated once.
 
-Layers, later wins: the built-in defaults below, the environment's preset (`ENV_PRESETS`),
-a YAML file (`--config`), then `--set key=value` overrides and the CLI flags. Unknown keys
+Layers, later wins: the built-in defaults below, the environment's preset (its row in
+`environments/registry.py`), a YAML file (`--config`), then `--set key=value` overrides and the CLI flags. Unknown keys
 are rejected; values are never rewritten after parsing. The resolved config is saved to
 the run directory as `config.yaml` and is all that `--resume` needs.
 
-This module imports only pydantic and yaml: the CLI loads it at start-up.
+This module imports only pydantic and yaml (the environment registry when a config is
+built): the CLI loads it at start-up.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class ModelConfig(_Section):
 
 class EnvConfig(_Section):
     name: str = "sql"
-    """Environment name: a built-in (`sql`, `math`, `search`, `python`, `shell`) or a plugin named in `environments`."""
+    """Environment name: a built-in (`skyrl envs` lists them) or a plugin named in `environments`."""
     tasks: str | None = None
     """A JSONL task file to train on instead of the environment's bundled suite."""
     train_split: str = "train"
@@ -393,62 +394,6 @@ class RunConfig(_Section):
     """Folder plugins and relative paths resolve against (the config file's folder)."""
 
 
-# Per-environment defaults that make `skyrl train --env NAME` sensible with no other flag.
-# The SQL preset is sized for a 2-core CPU (about 20 minutes with smollm2-135m, warm-up included).
-ENV_PRESETS: dict[str, dict[str, Any]] = {
-    "sql": {
-        # SmolLM2-135M almost never answers right on its own (measured: 1 exact match in 240
-        # samples), so RL alone has nothing to compare. A short supervised warm-up on the
-        # train split's gold queries gives it answers to improve on; each turn opens the
-        # answer tag, and a wrong answer that runs earns 0.3 x the F1 of its query parts.
-        "env": {"max_turns": 2, "kwargs": {"response_prefix": "<solution>", "partial_credit": 0.3}},
-        "rollout": {"batch_size": 3, "group_size": 6, "max_new_tokens": 48, "temperature": 0.8},
-        # DAPO (clip-higher, dynamic sampling, a soft overlong penalty over the last 16 of 48
-        # tokens): over 5 seeds from the same warm-up checkpoints its RL phase moved dev
-        # accuracy by +3.5 +- 4.2 points against GRPO's +2.1 +- 4.5 (docs/learning.md)
-        "algorithm": {"name": "dapo", "overlong_buffer": 16, "overlong_penalty": 0.5},
-        "optim": {"lr": 1e-5},
-        "warmup": {"sft_steps": 24, "batch_size": 8},
-        "trainer": {"max_steps": 30, "checkpoint_every": 10},
-        "eval": {"limit": 48},
-    },
-    "search": {
-        "env": {"max_turns": 4, "kwargs": {"reward": "f1"}},
-        "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 48},
-        "optim": {"lr": 1e-5},
-        "trainer": {"max_steps": 30},
-        "eval": {"limit": 40},
-    },
-    "python": {
-        "env": {"max_turns": 4},
-        "rollout": {"batch_size": 4, "group_size": 4, "max_new_tokens": 96},
-        "optim": {"lr": 1e-5},
-        "trainer": {"max_steps": 30},
-        "eval": {"limit": 40},
-    },
-    "shell": {
-        # Harbor tasks need a few commands each; observations can be long
-        "env": {"max_turns": 8},
-        "rollout": {
-            "batch_size": 2,
-            "group_size": 4,
-            "max_new_tokens": 128,
-            "max_total_tokens": 4096,
-        },
-        "optim": {"lr": 1e-5},
-        "trainer": {"max_steps": 20},
-        "eval": {"limit": 2},
-    },
-    "math": {
-        "env": {"max_turns": 1},
-        "rollout": {"batch_size": 8, "group_size": 4, "max_new_tokens": 32},
-        "optim": {"lr": 1e-5},
-        "trainer": {"max_steps": 20},
-        "eval": {"limit": 50},
-    },
-}
-
-
 class ConfigError(ValueError):
     """A configuration problem, worded as one sentence for the user."""
 
@@ -531,8 +476,10 @@ def build_config(layers: list[dict[str, Any]], env_name: str | None = None) -> R
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = deep_merge(merged, layer)
+    from environments.registry import BUILTINS
+
     env = env_name or _section(merged, "env").get("name") or EnvConfig().name
-    preset = ENV_PRESETS.get(env, {})
+    preset = dict(BUILTINS[env].preset) if env in BUILTINS else {}
     mine, theirs = _section(merged, "algorithm"), _section(preset, "algorithm")
     if mine.get("name", theirs.get("name")) != theirs.get("name"):
         # the preset's algorithm settings belong to its algorithm: naming another one

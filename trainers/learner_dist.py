@@ -94,6 +94,9 @@ class DistLearner:
     def _setup_ds(self) -> None:
         import deepspeed
 
+        from trainers.op_build import guard_op_builds
+
+        guard_op_builds()  # a build killed in an earlier run must not wedge this one
         core, o = self.core, self.cfg.optim
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
         config = {

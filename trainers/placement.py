@@ -78,7 +78,10 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
     return {
         "include_dashboard": False,
         "num_cpus": os.cpu_count() or 1,
-        "_node_ip_address": "127.0.0.1",
+        # Ray rewrites 127.0.0.1 (and localhost) to the machine's interface address, and the
+        # cluster's own traffic and its agents' listeners would then use that address;
+        # 127.0.0.2 is loopback that Ray leaves alone, so the cluster talks over loopback.
+        "_node_ip_address": "127.0.0.2" if sys.platform == "linux" else "127.0.0.1",
         **quiet,
     }
 

@@ -602,9 +602,9 @@ def load_checkpoint(tr: Learning, ckpt: Path, state: dict[str, Any]) -> None:
     model = str((ckpt / "model").resolve())
     if (ckpt / "model" / "adapter_config.json").is_file():  # LoRA: the engine gets merged weights
         c.policy.load_state(ckpt).result()
-        loads = [c.policy.sampling_client().load_weights(c.policy.learner.call("state_dict"), tr.version)]  # fmt: skip
+        loads = [c.policy.sampling_client().load_weights(c.policy.learner.call("state_dict"), tr.version)]  # fmt: skip # the two branches read side by side
     else:
-        loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]  # fmt: skip
+        loads = [c.policy.load_state(ckpt), c.policy.sampling_client().load_path(model, tr.version)]  # fmt: skip # the two branches read side by side
     if c.critic is not None:
         loads.append(c.critic.load_state(ckpt))
     for f in loads:

@@ -30,7 +30,7 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         far = (origin > 24) != (destination > 24)  # one end in North America or Asia
         minutes = rng.randint(420, 780) if far else rng.randint(55, 240)
         flights.append((i, f"{codes[airline - 1]}{number}", airline, origin, destination,
-                        words.date(rng, 2023, 2024), minutes, words.weighted(rng, _V["statuses"])))  # fmt: skip
+                        words.date(rng, 2023, 2024), minutes, words.weighted(rng, _V["statuses"])))  # fmt: skip # a generated row or table, one line per record
     passengers = [
         (i, words.person(rng), rng.choice(words.COUNTRIES), rng.randint(1940, 2010))
         for i in range(1, 1501)
@@ -44,4 +44,4 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         passenger = rng.choice(flyers)
         bookings.append((i, flight[0], passenger, seat, round(base * rng.uniform(0.6, 1.4), 2)))
     return {"airports": airports, "airlines": airlines, "flights": flights,
-            "passengers": passengers, "bookings": bookings}  # fmt: skip
+            "passengers": passengers, "bookings": bookings}  # fmt: skip # a generated row or table, one line per record

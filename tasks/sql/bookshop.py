@@ -23,7 +23,7 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         price = words.money(rng, 5, 45)
         year = min(2024, int(rng.triangular(1950, 2025, 2018)))
         books.append((i, title, rng.randint(1, 135), rng.choice(_V["genres"]), price,
-                      rng.randint(8, 90) * 10, year))  # fmt: skip
+                      rng.randint(8, 90) * 10, year))  # fmt: skip # a generated row or table, one line per record
     customers = []
     for i in range(1, 901):
         name = words.person(rng)
@@ -40,4 +40,4 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         for book in rng.sample(sold, rng.choice((1, 1, 2, 2, 3, 4))):
             items.append((len(items) + 1, order_id, book[0], rng.choice((1, 1, 1, 2, 3)), book[4]))
     return {"authors": authors, "books": books, "customers": customers, "orders": orders,
-            "order_items": items}  # fmt: skip
+            "order_items": items}  # fmt: skip # a generated row or table, one line per record

@@ -26,12 +26,12 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         (i, words.person(rng), rng.choice(("female", "male")), rng.randint(1935, 2022),
          rng.choice(cities), words.weighted(rng, _V["blood_types"]))
         for i in range(1, 1201)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     appointments = [
         (i, rng.randint(1, 1170), rng.randint(1, 80), words.date(rng, 2022, 2024),
          rng.choice(_V["reasons"]), words.weighted(rng, _V["statuses"]))
         for i in range(1, 3501)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     medications = [
         (i, name, category, round(rng.uniform(0.05, 4.0), 2))
         for i, (name, category, _) in enumerate(_V["medications"], start=1)
@@ -43,6 +43,6 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         med = rng.randint(1, len(_V["medications"]) - 1)
         dose = _V["medications"][med - 1][2] * rng.choice((1, 1, 2))
         prescriptions.append((len(prescriptions) + 1, appointment[0], med, dose,
-                              rng.choice((3, 5, 7, 10, 14, 30))))  # fmt: skip
+                              rng.choice((3, 5, 7, 10, 14, 30))))  # fmt: skip # a generated row or table, one line per record
     return {"doctors": doctors, "patients": patients, "appointments": appointments,
-            "medications": medications, "prescriptions": prescriptions}  # fmt: skip
+            "medications": medications, "prescriptions": prescriptions}  # fmt: skip # a generated row or table, one line per record

@@ -28,12 +28,12 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         (i, words.person(rng), rng.choice(cities), rng.randint(2005, 2024),
          words.weighted(rng, _V["tiers"]))
         for i in range(1, 901)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     items = [
         (i, words.title(rng), words.weighted(rng, _V["formats"]), rng.randint(1, len(branches)),
          rng.randint(1950, 2024), words.money(rng, 5, 60))
         for i in range(1, 1501)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     borrowers = [m[0] for m in members if m[0] % 30]
     lent = [it[0] for it in items if it[0] % 60]
     loans = []
@@ -41,5 +41,5 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         days = rng.choice((7, 14, 14, 21, 21, 28, 35, 42))
         fee = round(0.25 * (days - 21), 2) if days > 21 else 0.0
         loans.append((i, rng.choice(lent), rng.choice(borrowers), words.date(rng, 2022, 2024),
-                      days, fee))  # fmt: skip
+                      days, fee))  # fmt: skip # a generated row or table, one line per record
     return {"branch": branches, "member": members, "item": items, "loan": loans}

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from environments.sql_drivers import sqlite_tables
+from tasks.sql.tables import SESSION_FUNCTIONS, sqlite_tables
 
 READER = "skyrl_reader"
 """The read-only role `materialise_postgres` creates."""
@@ -155,6 +155,26 @@ def reader_dsn(admin_dsn: str, reader: str, password: str | None) -> str:
     return f"postgresql://{auth}@{host}/{dbname}" + ("?" + "&".join(query) if query else "")
 
 
+def revoke_session_functions(conn: Any) -> None:
+    """REVOKE EXECUTE on `SESSION_FUNCTIONS` and SELECT on pg_stat_activity from PUBLIC in
+    the connection's database (superusers keep them; other roles of this database lose them
+    too: cancel a query through the protocol, read activity as a superuser)."""
+    from psycopg import sql
+
+    rows = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+        "ON n.oid = p.pronamespace WHERE n.nspname = 'pg_catalog' AND p.proname = ANY(%s)",
+        (list(SESSION_FUNCTIONS),),
+    ).fetchall()
+    for (signature,) in rows:
+        conn.execute(
+            sql.SQL("REVOKE EXECUTE ON FUNCTION pg_catalog.{} FROM PUBLIC").format(
+                sql.SQL(signature)
+            )
+        )
+    conn.execute("REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC")
+
+
 def materialise_postgres(
     admin_dsn: str, reader: str = READER, password: str | None = None, names: Any = None
 ) -> str:
@@ -188,6 +208,8 @@ def materialise_postgres(
             ("idle_in_transaction_session_timeout", "60s"),
             ("temp_file_limit", "256MB"),
             ("work_mem", "16MB"),
+            # a backend whose client is gone (a worker killed at its time limit) stops
+            ("client_connection_check_interval", "1s"),
         ):
             conn.execute(
                 sql.SQL("ALTER ROLE {} SET {} = {}").format(
@@ -199,6 +221,7 @@ def materialise_postgres(
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(dbname), role)
         )
         conn.execute(sql.SQL("REVOKE CREATE ON SCHEMA public FROM PUBLIC"))
+        revoke_session_functions(conn)
         for name in names or sql_tasks.DATABASES:
             schema = sql.Identifier(name)
             conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, role))

@@ -38,18 +38,18 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
     for album_id, *_ in albums:
         for _ in range(rng.randint(4, 12)):
             tracks.append((len(tracks) + 1, words.title(rng), album_id,
-                           int(rng.triangular(95, 540, 215)), int(rng.random() < 0.15)))  # fmt: skip
+                           int(rng.triangular(95, 540, 215)), int(rng.random() < 0.15)))  # fmt: skip # a generated row or table, one line per record
     users = []
     for i in range(1, 801):
         first, last = words.person(rng).lower().split()
         users.append((i, f"{first}.{last}{i}", rng.choice(words.COUNTRIES),
-                      words.date(rng, 2015, 2024), words.weighted(rng, _V["plans"])))  # fmt: skip
+                      words.date(rng, 2015, 2024), words.weighted(rng, _V["plans"])))  # fmt: skip # a generated row or table, one line per record
     listeners = [u[0] for u in users if u[0] % 40]
     popular = tracks[: len(tracks) // 3]  # early albums get more plays
     plays = [
         (i, rng.choice(listeners), rng.choice(popular if rng.random() < 0.5 else tracks)[0],
          f"{words.date(rng, 2024, 2024)} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}")
         for i in range(1, 7001)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     return {"artists": artists, "albums": albums, "tracks": tracks, "users": users,
-            "plays": plays}  # fmt: skip
+            "plays": plays}  # fmt: skip # a generated row or table, one line per record

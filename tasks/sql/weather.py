@@ -35,7 +35,7 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         temp = rng.gauss(14, 8) - station[3] / 250
         rain = max(0.0, rng.expovariate(0.3) - 2)
         reading.append((i, station[0], words.date(rng, 2024, 2024), round(temp, 1),
-                        round(rain, 1), rng.randint(0, 95)))  # fmt: skip
+                        round(rain, 1), rng.randint(0, 95)))  # fmt: skip # a generated row or table, one line per record
     engineers = [
         (i, name, rng.choice(regions), rng.randint(1, 4))
         for i, name in enumerate(words.distinct(rng, words.person, 40), start=1)
@@ -44,11 +44,11 @@ def build_rows(rng: random.Random) -> dict[str, list[tuple]]:
         (i, rng.randint(1, 54), rng.randint(1, 40), words.date(rng, 2022, 2024),
          round(rng.uniform(0.5, 8.0), 1), words.weighted(rng, _V["outcomes"]))
         for i in range(1, 401)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     alerts = [
         (i, rng.randint(1, 60), words.date(rng, 2023, 2024),
          words.weighted(rng, _V["severities"]), rng.choice(_V["kinds"]))
         for i in range(1, 301)
-    ]  # fmt: skip
+    ]  # fmt: skip # a generated row or table, one line per record
     return {"station": stations, "reading": reading, "technician": engineers,
-            "visit": visits, "alert": alerts}  # fmt: skip
+            "visit": visits, "alert": alerts}  # fmt: skip # a generated row or table, one line per record

@@ -47,7 +47,7 @@ GIT_CONFIG = (
 even a repository's own config cannot turn on a command (fsmonitor, hooks, a global
 attributes file) or a transport other than local paths and https."""
 _PASS_ENV = ("PATH", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy",
-             "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")  # fmt: skip
+             "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")  # fmt: skip # a table of values, laid out by hand
 
 
 @functools.cache

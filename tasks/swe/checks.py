@@ -79,9 +79,9 @@ def check_relpath(path: str, what: str, *, argument: bool = False) -> None:
 
 _HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _HEADERS = ("diff --git ", "--- ", "+++ ", "*** ", "Index: ", "rename from ", "rename to ",
-            "copy from ", "copy to ")  # fmt: skip
+            "copy from ", "copy to ")  # fmt: skip # a table of values, laid out by hand
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
-            "r": "\r", "v": "\v"}  # fmt: skip
+            "r": "\r", "v": "\v"}  # fmt: skip # a table of values, laid out by hand
 
 
 def _unquote(name: str) -> str:

@@ -88,9 +88,16 @@ def test_evaluate_reports_pass_at_k_and_the_metadata_breakdown() -> None:
     ]
     with ThreadPoolExecutor(2) as pool:
         report, trajs = evaluate(
-            generate, MathEnv, ChatFormat(TextTokenizer()), tasks, Budget(64, 4096), pool, 0,
-            batch=2, samples=2,
-        )  # fmt: skip
+            generate,
+            MathEnv,
+            ChatFormat(TextTokenizer()),
+            tasks,
+            Budget(64, 4096),
+            pool,
+            0,
+            batch=2,
+            samples=2,
+        )
     # calls 1..6 answer 4,5,4,5,4,5: a gets (4,5) -> 1 of 2, b (4,5) -> 1 of 2, c never
     assert [t.task_id for t in trajs] == ["a", "a", "b", "b", "c", "c"]
     assert report["n"] == 6 and report["tasks"] == 3 and report["accuracy"] == pytest.approx(2 / 6)

@@ -32,12 +32,17 @@ def test_train_and_resume_on_vllm(tmp_path):
     # the initial model) serves the checkpoint's weights. Two replicas: test_vllm_engine.
     flags = [
         *TINY_MATH,
-        "--set", "eval.limit=0",
-        "--set", "rollout.engine=vllm",
-        "--set", "warmup.sft_steps=2",
-        "--set", "warmup.lr=0.01",
-        "--set", "trainer.checkpoint_every=1",
-    ]  # fmt: skip
+        "--set",
+        "eval.limit=0",
+        "--set",
+        "rollout.engine=vllm",
+        "--set",
+        "warmup.sft_steps=2",
+        "--set",
+        "warmup.lr=0.01",
+        "--set",
+        "trainer.checkpoint_every=1",
+    ]
     skyrl("train", *flags, "--max-steps", "2", cwd=tmp_path, timeout=900)
     (run,) = (p for p in (tmp_path / "runs").iterdir() if not p.name.startswith("."))
     skyrl("train", "--resume", str(run), "--max-steps", "3", cwd=tmp_path, timeout=900)

@@ -164,8 +164,16 @@ def test_gpu_benchmark_learner_section_runs_fsdp_on_two_cpu_workers(tmp_path):
     (ZeRO-2/3 rows too by hand: `--sections learners --smoke`, ~1.5 min; docs/scaling.md.)"""
     args = ["--sections", "learners", "--smoke", "--strategies", "torch", "fsdp"]
     out = _run("benchmarks/gpu.py", *args, home=tmp_path)
-    assert re.search(r"^\| smoke \| torch \| 1 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
-                     r"\| reference \| - \|$", out, re.M), out  # fmt: skip
-    row = re.search(r"^\| smoke \| fsdp \| 2 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
-                    r"\| ([\d.e+-]+) \| 0\.00% \|$", out, re.M)  # fmt: skip
+    assert re.search(
+        r"^\| smoke \| torch \| 1 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
+        r"\| reference \| - \|$",
+        out,
+        re.M,
+    ), out
+    row = re.search(
+        r"^\| smoke \| fsdp \| 2 \| [\d.]+ \| [\d,]+ \| n/a \(CPU\) \| [\d.]+ "
+        r"\| ([\d.e+-]+) \| 0\.00% \|$",
+        out,
+        re.M,
+    )
     assert row and float(row[1]) < 1e-5, out

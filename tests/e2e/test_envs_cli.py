@@ -62,3 +62,29 @@ def test_builtin_trains_two_steps_with_tiny(tmp_path, ray_address, env):
     assert all(
         r["num_turns"] >= 1 and r["turns"][0]["role"] in ("system", "user") for r in rollouts
     )
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "init"])
+def test_env_help_lists_the_registry_table(tmp_path, command):
+    """Each `--env` help names every row of the table, read when the help is shown."""
+    import re
+
+    from environments.registry import BUILTINS
+
+    text = skyrl(command, "--help", cwd=tmp_path, env={"COLUMNS": "300", "NO_COLOR": "1"}).stdout
+    (line,) = [ln for ln in text.splitlines() if "│ --env " in ln]
+    assert f"Built-ins: {', '.join(BUILTINS)}." in re.sub(r"\s+", " ", line), line
+
+
+def test_starting_skyrl_imports_no_environment():
+    """The table is read when help is shown: starting `skyrl` imports neither the registry
+    nor gymnasium (nor numpy behind it)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import skyrl_cli.main\n"
+        "print([m for m in ('environments', 'gymnasium', 'numpy') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out

@@ -17,7 +17,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 def test_eval_math_tiny_greedy_and_pass_at_k(tmp_path: Path) -> None:
     proc = skyrl("eval", "--env", "math", "--model", "tiny", "--split", "dev", "--limit", "4",
-                 "--output", "greedy", "--no-tracking", cwd=tmp_path)  # fmt: skip
+                 "--output", "greedy", "--no-tracking", cwd=tmp_path)  # fmt: skip # the command line reads as typed
     assert "pass@1" in proc.stdout and "difficulty=" in proc.stdout  # the table
     report = json.loads((tmp_path / "greedy" / "report.json").read_text())
     assert report["n"] == 4 and report["temperature"] == 0.0 and "by_difficulty" in report
@@ -25,7 +25,7 @@ def test_eval_math_tiny_greedy_and_pass_at_k(tmp_path: Path) -> None:
     assert len(results) == 4 and all(r["turns"] and r["token_ids"] for r in results)
 
     skyrl("eval", "--env", "math", "--model", "tiny", "--limit", "4", "--n-samples", "3",
-          "--output", "k3", "--no-tracking", cwd=tmp_path)  # fmt: skip
+          "--output", "k3", "--no-tracking", cwd=tmp_path)  # fmt: skip # the command line reads as typed
     report = json.loads((tmp_path / "k3" / "report.json").read_text())
     assert report["samples"] == 3 and report["tasks"] == 4 and report["n"] == 12
     assert report["temperature"] == 1.0
@@ -36,7 +36,7 @@ def test_eval_math_tiny_greedy_and_pass_at_k(tmp_path: Path) -> None:
 def test_eval_of_a_run_files_under_its_eval_dir(tmp_path: Path, ray_address: str) -> None:
     skyrl("train", "--env", "math", "--model", "tiny", "--max-steps", "1", "--set", "eval.limit=0",
           "--set", "rollout.batch_size=2", "--set", "rollout.group_size=2",
-          "--ray-address", ray_address, cwd=tmp_path)  # fmt: skip
+          "--ray-address", ray_address, cwd=tmp_path)  # fmt: skip # the command line reads as typed
     (run,) = [p for p in (tmp_path / "runs").iterdir() if (p / "config.yaml").exists()]
     proc = skyrl("eval", "--model", str(run), "--limit", "3", "--output", "out", cwd=tmp_path)
     assert "math / dev" in proc.stdout
@@ -81,7 +81,7 @@ def test_eval_against_an_openai_compatible_server(tmp_path: Path) -> None:
     seen: list[dict[str, Any]] = []
     with stand_in_openai(lambda body: "<answer>42</answer> trailing text", seen) as url:
         skyrl("eval", "--env", "math", "--tasks", str(tasks), "--model", f"openai:fake-model@{url}",
-              "--output", "out", "--no-tracking", cwd=tmp_path)  # fmt: skip
+              "--output", "out", "--no-tracking", cwd=tmp_path)  # fmt: skip # the command line reads as typed
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["n"] == 2 and report["accuracy"] == 0.5  # 42 is right for a, wrong for b
     first = seen[0]
@@ -100,6 +100,15 @@ def test_eval_against_an_openai_compatible_server(tmp_path: Path) -> None:
         (["--env", "math", "--model", "no-such-model"], "unknown model 'no-such-model'"),
         (["--env", "math", "--model", "tiny", "--split", "valid"], "unknown split 'valid'"),
         (["--env", "math", "--model", "openai:gpt"], "openai:MODEL@BASE_URL"),
+        # env.kwargs checked as train checks them (MathEnv's **kwargs would swallow `nope`)
+        (
+            ["--env", "math", "--model", "tiny", "--set", "env.kwargs.nope=1"],
+            "env.kwargs.nope is no parameter of environments.math:MathEnv",
+        ),
+        (
+            ["--env", "shell", "--agent", "oracle", "--set", "env.kwargs.nope=1"],
+            "env.kwargs.nope is no parameter of environments.shell:ShellEnv",
+        ),
         (["--suite", "swe-bench-mini", "--agent", "gold", "--slice", "abc"], "--slice 'abc'"),
         (["--suite", "swe-bench-mini", "--agent", "wizard"], "unknown agent 'wizard'"),
         (["--suite", "swe-bench-mini"], "--agent shell needs --model"),

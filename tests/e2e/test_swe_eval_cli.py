@@ -14,7 +14,7 @@ REPORT_KEYS = {
     "total_instances", "submitted_instances", "completed_instances", "resolved_instances",
     "unresolved_instances", "empty_patch_instances", "error_instances", "resolved_ids",
     "unresolved_ids", "empty_patch_ids", "error_ids", "completed_ids", "submitted_ids",
-}  # fmt: skip
+}  # fmt: skip # a table of values, laid out by hand
 LEDGER, PAGER = "skyrl-mini__ledger-3", "skyrl-mini__pager-5"
 
 
@@ -68,7 +68,7 @@ def test_select_resume_and_a_missing_repo(tmp_path: Path) -> None:
 
     # --resume: the two finished instances are skipped, only the new one runs
     proc = skyrl("eval", "--suite", "swe-bench-mini", "--agent", "gold", "--slice", "0:3",
-                 "--output", "o", "--resume", cwd=tmp_path)  # fmt: skip
+                 "--output", "o", "--resume", cwd=tmp_path)  # fmt: skip # the command line reads as typed
     assert "2 already finished" in proc.stderr and "[1/1]" in proc.stdout
     assert not any(f"{i}:" in proc.stdout for i in first_two)
     report, preds = _read(tmp_path / "o")
@@ -81,7 +81,7 @@ def test_select_resume_and_a_missing_repo(tmp_path: Path) -> None:
     shutil.copytree(suite_repos_dir(), repos, symlinks=True)
     shutil.rmtree(repos / "skyrl-mini__pager")
     proc = skyrl("eval", "--suite", "swe-bench-mini", "--agent", "gold", "--instances", f"{PAGER},{LEDGER}",
-                 "--repos", str(repos), "--output", "m", cwd=tmp_path)  # fmt: skip
+                 "--repos", str(repos), "--output", "m", cwd=tmp_path)  # fmt: skip # the command line reads as typed
     report, _ = _read(tmp_path / "m")
     assert report["error_ids"] == [PAGER] and report["resolved_ids"] == [LEDGER]
     assert (
@@ -92,7 +92,7 @@ def test_select_resume_and_a_missing_repo(tmp_path: Path) -> None:
 
 def test_official_suite_without_a_hub_is_one_sentence(tmp_path: Path) -> None:
     proc = skyrl("eval", "--suite", "swe-bench-lite", "--agent", "gold", cwd=tmp_path, check=False,
-                 env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+                 env={"HF_HUB_OFFLINE": "1"})  # fmt: skip # the command line reads as typed
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: swe-bench-lite is downloaded from the Hugging Face hub")
     assert proc.stderr.strip().count("\n") == 0
@@ -101,7 +101,7 @@ def test_official_suite_without_a_hub_is_one_sentence(tmp_path: Path) -> None:
 def test_shell_agent_with_the_tiny_model_runs_end_to_end(tmp_path: Path) -> None:
     proc = skyrl("eval", "--suite", "swe-bench-mini", "--model", "tiny", "--slice", "0:2",
                  "--max-turns", "2", "--max-new-tokens", "24", "--output", "s", cwd=tmp_path,
-                 env={"OMP_NUM_THREADS": str(os.cpu_count() or 1)})  # fmt: skip
+                 env={"OMP_NUM_THREADS": str(os.cpu_count() or 1)})  # fmt: skip # the command line reads as typed
     report, preds = _read(tmp_path / "s")
     assert report["total_instances"] == 2 and report["resolved_instances"] == 0
     assert report["error_instances"] == 0 and len(preds) == 2

@@ -35,7 +35,7 @@ def _git(repo: Path, *args: str) -> str:
     proc = subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
         cwd=repo, env=env, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
     return proc.stdout
 
 
@@ -54,7 +54,7 @@ def _make_repo(repos: Path, files: dict[str, str] | None = None) -> tuple[Path, 
     (repo / "tests").mkdir(parents=True)
     _git(repo, "init", "-q")
     for rel, text in {"calc.py": CALC, "tests/test_calc.py": TEST, "README.md": "calc\n",
-                      **(files or {})}.items():  # fmt: skip
+                      **(files or {})}.items():  # fmt: skip # arguments grouped by meaning, as a reader scans them
         (repo / rel).write_text(text)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
@@ -468,7 +468,7 @@ def test_a_symlink_made_by_the_agent_does_not_lead_the_reset_out(
 def test_an_instance_id_cannot_write_logs_outside_the_output(
     calc: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    from skyrl_cli.swe_eval import save_result
+    from agents.eval_swe import save_result
 
     out = tmp_path / "deep" / "out"
     with pytest.raises(ValueError, match="instance_id"):
@@ -479,7 +479,7 @@ def test_an_instance_id_cannot_write_logs_outside_the_output(
     path = tmp_path / "evil.jsonl"
     path.write_text(json.dumps({**inst, "instance_id": "../../../escaped"}) + "\n")
     proc = skyrl("eval", "--suite", str(path), "--repos", str(repos), "--agent", "empty",
-                 "--output", str(out), cwd=tmp_path, check=False)  # fmt: skip
+                 "--output", str(out), cwd=tmp_path, check=False)  # fmt: skip # the command line reads as typed
     assert proc.returncode == 2, proc.stderr
     assert "instance_id" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "escaped").exists() and not list(tmp_path.rglob("result.json"))

@@ -84,3 +84,64 @@ def test_entry_point_plugins_are_found_and_listed(tmp_path):
 
     listing = skyrl("envs", cwd=tmp_path, env=env_var).stdout
     assert "echo" in listing and "repeats a word" in listing
+
+
+# ------------------------------------------------------------------ the row owns the environment
+
+
+@pytest.mark.parametrize("name", sorted(registry.BUILTINS))
+def test_a_builtin_row_owns_its_preset_and_reads_its_grammar_from_the_class(name):
+    from trainers.config import build_config
+
+    spec = registry.BUILTINS[name]
+    cls = spec.load()
+    assert spec.grammar() == cls.grammar and "<" in cls.grammar  # the class says it, once
+    cfg = build_config([], env_name=name).model_dump(mode="json")
+    for section, values in spec.preset.items():  # the trainer starts from the row's preset
+        for key, value in values.items():
+            assert cfg[section][key] == value, (section, key)
+
+
+def test_a_plugin_grammar_is_its_attribute_else_its_docstring(tmp_path):
+    (tmp_path / "echo_env.py").write_text(PLUGIN)
+    bare = PLUGIN.replace('grammar = "<echo>word</echo> repeats a word"', "")
+    (tmp_path / "bare_env.py").write_text(bare)
+    declared = {"echo": "echo_env.py:EchoEnv", "bare": "bare_env.py:EchoEnv"}
+    assert (
+        registry.resolve("echo", declared).grammar(tmp_path) == "<echo>word</echo> repeats a word"
+    )
+    assert (
+        registry.resolve("bare", declared).grammar(tmp_path) == "Echo: repeat the word; one turn."
+    )
+
+
+def test_kwargs_are_checked_against_the_constructor_by_the_row():
+    spec = registry.BUILTINS["math"]
+    assert spec.check({"format_penalty": 0.2}) is spec.load()
+    with pytest.raises(ValueError, match=r"env.kwargs.nope is no parameter of environments.math"):
+        spec.check({"nope": 1})  # MathEnv's catch-all **kwargs would have swallowed it
+    with pytest.raises(ValueError, match="set env.max_turns, not env.kwargs.max_turns"):
+        spec.check({"max_turns": 3})
+    env = spec.build(2, {"format_penalty": 0.2})
+    assert env.format_penalty == 0.2
+    env.close()
+
+
+def _imports(folder: str) -> set[str]:
+    """Every module imported by the .py files under `folder` (top level and in functions)."""
+    import ast
+    from pathlib import Path
+
+    found: set[str] = set()
+    for path in (Path(__file__).parents[2] / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+    return found
+
+
+def test_arrows_point_one_way_tasks_import_no_environment_environments_no_trainer():
+    assert not {m for m in _imports("tasks") if m.split(".")[0] == "environments"}
+    assert not {m for m in _imports("environments") if m.split(".")[0] == "trainers"}

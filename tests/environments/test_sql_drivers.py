@@ -199,10 +199,11 @@ def test_writes_and_outside_access_are_refused(driver, request):
         env.reset(options={"task": load_suite("train")[0]})
         obs, reward, *_, info = env.step(f"<sql>{query}</sql>")
         assert info["error"], (query, obs)
-    # a set_config that ran is rolled back with its transaction: the next query is read-only
+    # set_config is not the reader's (issue 37.2), and the next query is read-only
     if driver == "postgresql":
         query = "SELECT set_config('default_transaction_read_only', 'off', false)"
-        run_query(target, query, 10, 5.0)
+        with pytest.raises(ValueError, match="read-only"):
+            run_query(target, query, 10, 5.0)
         state = run_query(target, "SELECT current_setting('default_transaction_read_only')", 1, 5)
         assert state[1] == [("on",)]
     assert run_query(target, "SELECT COUNT(*) FROM authors", 10, 5.0)[1] == before

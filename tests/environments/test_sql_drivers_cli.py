@@ -21,7 +21,7 @@ def _eval(tmp_path: Path, out: str, *args: str) -> tuple[dict, list[tuple[str, b
     skyrl(
         "eval", "--env", "sql", "--split", "dev", "--output", out, "--no-tracking", *args,
         cwd=tmp_path,
-    )  # fmt: skip
+    )  # fmt: skip # the command line reads as typed
     report = json.loads((tmp_path / out / "report.json").read_text())
     lines = (tmp_path / out / "results.jsonl").read_text().splitlines()
     per_task = [(r["task_id"], bool(r["correct"])) for r in map(json.loads, lines)]
@@ -50,7 +50,7 @@ def test_the_tiny_model_scores_the_same_on_every_driver(tmp_path, postgres):
             "--set",
             "rollout.max_new_tokens=48",
             *dsn,
-        )  # fmt: skip
+        )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         for name, dsn in _dsns(postgres).items()
     }
     reports = {name: r for name, (r, _) in got.items()}
@@ -102,7 +102,7 @@ def test_train_runs_on_duckdb_and_postgresql(tmp_path, postgres, ray_address):
             "--set", "rollout.max_new_tokens=32", "--set", "env.max_turns=2",
             "--set", "tracking.enabled=false",
             "--ray-address", ray_address, cwd=tmp_path,
-        )  # fmt: skip
+        )  # fmt: skip # the command line reads as typed
         (run,) = (tmp_path / "runs").glob(f"{name}-*")
         steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         assert [s["step"] for s in steps] == [1, 2]

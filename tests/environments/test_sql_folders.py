@@ -163,7 +163,7 @@ def test_skyrl_eval_takes_a_spider_folder(spider, tmp_path):
         "eval", "--env", "sql", "--model", "tiny", "--set", f"env.tasks={spider}",
         "--split", "dev", "--max-turns", "1", "--set", "rollout.max_new_tokens=16",
         "--output", "out", "--no-tracking", cwd=tmp_path,
-    )  # fmt: skip
+    )  # fmt: skip # the command line reads as typed
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["n"] == 2  # dev only: the train question is left out
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()

@@ -193,9 +193,14 @@ def test_predictions_and_evaluate_use_the_official_keys(
     assert rep["total_instances"] == len(instances) and rep["submitted_instances"] == 2
     assert rep["schema_version"] == 2
     assert set(rep) >= {
-        "completed_instances", "unresolved_instances", "error_instances", "incomplete_ids",
-        "submitted_ids", "unresolved_ids", "error_ids",
-    }  # fmt: skip
+        "completed_instances",
+        "unresolved_instances",
+        "error_instances",
+        "incomplete_ids",
+        "submitted_ids",
+        "unresolved_ids",
+        "error_ids",
+    }
     per_instance = results[0].to_report()[first["instance_id"]]
     assert per_instance["resolved"] and per_instance["patch_successfully_applied"]
 
@@ -364,8 +369,11 @@ def test_parallel_graders_build_an_env_once(
     for t in threads:
         t.join()
     assert len({env for env, _ in outcomes}) == 1 and sorted(b for _, b in outcomes) == [
-        False, False, False, True,
-    ]  # fmt: skip
+        False,
+        False,
+        False,
+        True,
+    ]
     env = outcomes[0][0]
     assert (env / "site/_pytest").is_dir()
     assert [p.name for p in env.parent.iterdir() if not p.name.startswith(".")] == [env.name]

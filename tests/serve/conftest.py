@@ -51,8 +51,19 @@ def start_server(state_dir: Path, port: int | None = None, *extra: str) -> Serve
     state_dir.mkdir(parents=True, exist_ok=True)
     log = state_dir.parent / f"serve-{port}-{time.time_ns()}.log"
     env = {**os.environ, "HOME": str(state_dir.parent), "TINKER_TELEMETRY": "0"}
-    cmd = [str(BIN / "skyrl"), "serve", "--model", "tiny", "--port", str(port),
-           "--state-dir", str(state_dir), "--threads", "2", *extra]  # fmt: skip
+    cmd = [
+        str(BIN / "skyrl"),
+        "serve",
+        "--model",
+        "tiny",
+        "--port",
+        str(port),
+        "--state-dir",
+        str(state_dir),
+        "--threads",
+        "2",
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120

@@ -27,8 +27,12 @@ def client(server: Server, key: str = "unused") -> openai.OpenAI:
 def post(
     server: Server, path: str, data: bytes, headers: dict[str, str] | None = None
 ) -> tuple[int, dict]:
-    req = urllib.request.Request(server.url + path, data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})  # fmt: skip
+    req = urllib.request.Request(
+        server.url + path,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
@@ -62,7 +66,9 @@ def tiny_tokenizer():
 def test_models_and_chat_with_usage_seed_and_logprobs(server: Server) -> None:
     c = client(server)
     assert [m.id for m in c.models.list().data][0] == "tiny"
-    r = c.chat.completions.create(model="tiny", messages=CHAT, max_tokens=12, n=3, seed=7, logprobs=True)  # fmt: skip
+    r = c.chat.completions.create(
+        model="tiny", messages=CHAT, max_tokens=12, n=3, seed=7, logprobs=True
+    )
     tok = tiny_tokenizer()
     prompt = tok.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
     assert r.usage.prompt_tokens == len(tok(prompt, add_special_tokens=False)["input_ids"])
@@ -80,11 +86,15 @@ def test_models_and_chat_with_usage_seed_and_logprobs(server: Server) -> None:
 
 def test_stop_string_is_cut_and_streaming_matches(server: Server) -> None:
     c = client(server)
-    full = c.completions.create(model="tiny", prompt="SELECT name FROM", max_tokens=24, temperature=0)  # fmt: skip
+    full = c.completions.create(
+        model="tiny", prompt="SELECT name FROM", max_tokens=24, temperature=0
+    )
     text = full.choices[0].text
     assert full.choices[0].finish_reason == "length" and len(text) > 6
     stop = text[3:6]
-    cut = c.completions.create(model="tiny", prompt="SELECT name FROM", max_tokens=24, temperature=0, stop=[stop])  # fmt: skip
+    cut = c.completions.create(
+        model="tiny", prompt="SELECT name FROM", max_tokens=24, temperature=0, stop=[stop]
+    )
     assert cut.choices[0].text == text[: text.index(stop)]
     assert cut.choices[0].finish_reason == "stop"
 
@@ -96,15 +106,21 @@ def test_stop_string_is_cut_and_streaming_matches(server: Server) -> None:
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
     )
     plain = c.chat.completions.create(model="tiny", messages=CHAT, max_tokens=16, temperature=0)
     streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert streamed == plain.choices[0].message.content
-    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == plain.choices[0].finish_reason  # fmt: skip
-    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == plain.usage.total_tokens  # fmt: skip
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == plain.choices[
+        0
+    ].finish_reason
+    assert (
+        chunks[-1].usage is not None and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+    )
 
-    lp = c.completions.create(model="tiny", prompt="SELECT name FROM", max_tokens=8, temperature=0, logprobs=1)  # fmt: skip
+    lp = c.completions.create(
+        model="tiny", prompt="SELECT name FROM", max_tokens=8, temperature=0, logprobs=1
+    )
     assert "".join(lp.choices[0].logprobs.tokens) == lp.choices[0].text
     assert len(lp.choices[0].logprobs.token_logprobs) == lp.usage.completion_tokens
 
@@ -113,7 +129,9 @@ def test_bad_requests_get_4xx_in_openai_shape_and_the_server_keeps_serving(serve
     c = client(server)
     status, body = post(server, "/v1/chat/completions", b"{not json")
     assert status == 400 and body["error"]["type"] == "invalid_request_error"
-    status, body = post(server, "/v1/chat/completions", json.dumps({"model": "tiny", "messages": "hi"}).encode())  # fmt: skip
+    status, body = post(
+        server, "/v1/chat/completions", json.dumps({"model": "tiny", "messages": "hi"}).encode()
+    )
     assert status == 400 and body["error"]["param"] == "messages"
     status, body = post(server, "/v1/completions", b"[1, 2]")
     assert status == 400 and "JSON object" in body["error"]["message"]
@@ -126,13 +144,17 @@ def test_bad_requests_get_4xx_in_openai_shape_and_the_server_keeps_serving(serve
     with pytest.raises(openai.BadRequestError, match="'temperature'"):
         c.chat.completions.create(model="tiny", messages=CHAT, temperature="hot")  # type: ignore[arg-type]
     with pytest.raises(openai.BadRequestError, match="context"):
-        c.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "word " * 5000}])  # fmt: skip
+        c.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "word " * 5000}]
+        )
     with pytest.raises(openai.BadRequestError, match="context"):
         c.completions.create(model="tiny", prompt="word " * 1000, max_tokens=4000)
     with pytest.raises(openai.BadRequestError, match="'max_tokens'"):
         c.completions.create(model="tiny", prompt="hi", max_tokens=10**6)
     with pytest.raises(openai.BadRequestError, match="'tools' is not supported"):
-        c.chat.completions.create(model="tiny", messages=CHAT, tools=[{"type": "function", "function": {"name": "f"}}])  # fmt: skip
+        c.chat.completions.create(
+            model="tiny", messages=CHAT, tools=[{"type": "function", "function": {"name": "f"}}]
+        )
     status, body = post(server, "/v1/nothing", b"{}")
     assert status == 404 and "no route" in body["error"]["message"]
     ok = c.chat.completions.create(model="tiny", messages=CHAT, max_tokens=4)
@@ -149,7 +171,13 @@ def test_bad_command_lines_are_one_sentence(server: Server, tmp_path: Path) -> N
         (["--model", "tiny", "--port", str(server.port)], "cannot listen"),
         (["--model", "openai:gpt@http://x/v1"], "local model"),
     ]:
-        out = subprocess.run([str(BIN / "skyrl"), "serve", *args], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        out = subprocess.run(
+            [str(BIN / "skyrl"), "serve", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert out.returncode == 2 and words in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
@@ -157,8 +185,13 @@ def test_bad_command_lines_are_one_sentence(server: Server, tmp_path: Path) -> N
 def test_api_key(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("SKYRL_API_KEY", None)
-    out = subprocess.run([str(BIN / "skyrl"), "serve", "--model", "tiny", "--host", "0.0.0.0"],
-                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [str(BIN / "skyrl"), "serve", "--model", "tiny", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 2 and "--api-key" in out.stderr and "Traceback" not in out.stderr
     srv = start_server(tmp_path / "state", None, "--api-key", "tml-secret-key")
     try:
@@ -178,10 +211,20 @@ def test_api_key(tmp_path: Path) -> None:
 def test_skyrl_eval_through_the_server_matches_local_eval(server: Server, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
     base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "4", "--no-tracking"]
-    local = subprocess.run([*base, "--model", "tiny", "--output", str(tmp_path / "local")],
-                           capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    remote = subprocess.run([*base, "--model", f"openai:tiny@{server.url}/v1", "--output", str(tmp_path / "remote")],
-                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    local = subprocess.run(
+        [*base, "--model", "tiny", "--output", str(tmp_path / "local")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    remote = subprocess.run(
+        [*base, "--model", f"openai:tiny@{server.url}/v1", "--output", str(tmp_path / "remote")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert local.returncode == 0, local.stderr
     assert remote.returncode == 0, remote.stderr
     a = json.loads((tmp_path / "local" / "report.json").read_text())

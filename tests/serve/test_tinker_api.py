@@ -103,7 +103,7 @@ def test_train_save_sample_loop_with_futures(server: Server) -> None:
     assert np.allclose(np.asarray(full[1:])[mask], after[mask], atol=1e-3)
     # a named sampler checkpoint is also a model of the OpenAI API
     named = tc.save_weights_for_sampler("after-sft").result().path
-    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
     assert named in [m.id for m in oa.models.list().data]
     via_openai = oa.completions.create(model=named, prompt=ids[:3], max_tokens=8, temperature=0)  # type: ignore[arg-type]
     assert via_openai.choices[0].text == tok.decode(seq.tokens, skip_special_tokens=True)
@@ -123,12 +123,19 @@ def test_rl_losses_match_their_definition(server: Server) -> None:
     n = len(lp)
     adv = np.linspace(-1.0, 1.0, n).astype(np.float32)
     ids = tok.encode(TEXT)
-    for loss, cfg in [("importance_sampling", None), ("ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2})]:  # fmt: skip
+    for loss, cfg in [
+        ("importance_sampling", None),
+        ("ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
+    ]:
         rl = types.Datum(
             model_input=types.ModelInput.from_ints(ids[:-1]),
-            loss_fn_inputs={"target_tokens": ids[1:], "weights": [1.0] * n,
-                            "logprobs": lp.astype(np.float32).tolist(), "advantages": adv.tolist()},
-        )  # fmt: skip
+            loss_fn_inputs={
+                "target_tokens": ids[1:],
+                "weights": [1.0] * n,
+                "logprobs": lp.astype(np.float32).tolist(),
+                "advantages": adv.tolist(),
+            },
+        )
         out = tc.forward_backward([rl], loss, cfg).result()
         # on-policy the ratio is 1, so both losses are -sum(A) over the loss tokens
         assert out.metrics["loss:sum"] == pytest.approx(-float(adv.sum()), abs=1e-3)
@@ -169,7 +176,9 @@ def test_two_clients_train_two_adapters_in_isolation(server: Server) -> None:
 def test_unsupported_features_fail_naming_them(server: Server) -> None:
     sc = service(server)
     with pytest.raises(Exception, match="dimuon"):
-        sc.create_lora_training_client(base_model="tiny", rank=4, optimizer=types.DimuonOptimizerConfig()).result()  # fmt: skip
+        sc.create_lora_training_client(
+            base_model="tiny", rank=4, optimizer=types.DimuonOptimizerConfig()
+        ).result()
     with pytest.raises(Exception, match="not served here"):
         sc.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=4).result()
     tc = sc.create_lora_training_client(base_model="tiny", rank=4).result()
@@ -178,15 +187,19 @@ def test_unsupported_features_fail_naming_them(server: Server) -> None:
     with pytest.raises(Exception, match="'dro' is not supported"):
         tc.forward_backward([datum], "dro").result()
     ids = tok.encode(TEXT)
-    shifted_wrong = types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                                loss_fn_inputs={"target_tokens": ids[:-1], "weights": [1.0] * (len(ids) - 1)})  # fmt: skip
+    shifted_wrong = types.Datum(
+        model_input=types.ModelInput.from_ints(ids[:-1]),
+        loss_fn_inputs={"target_tokens": ids[:-1], "weights": [1.0] * (len(ids) - 1)},
+    )
     with pytest.raises(Exception, match="shifted by one"):
         tc.forward_backward([shifted_wrong], "cross_entropy").result()
     with pytest.raises(Exception, match="needs"):
         tc.forward_backward([datum], "ppo").result()
     sampler = sc.create_sampling_client(base_model="tiny").result()
     with pytest.raises(Exception, match="top_k"):
-        sampler.sample(types.ModelInput.from_ints(ids[:3]), 1, types.SamplingParams(max_tokens=4, top_k=5)).result()  # fmt: skip
+        sampler.sample(
+            types.ModelInput.from_ints(ids[:3]), 1, types.SamplingParams(max_tokens=4, top_k=5)
+        ).result()
     # the server still trains after all that
     assert tc.forward_backward([datum], "cross_entropy").result().metrics["loss:sum"] > 0
 
@@ -208,7 +221,12 @@ def test_state_survives_a_restart_and_tinker_paths_resolve(tmp_path: Path) -> No
         assert ckpt.startswith("tinker://") and "/weights/step3" in ckpt
         trained = logprobs_of(tc, datum)
         ids = tok.encode(TEXT)
-        served = tc.create_sampling_client(sampler_path).result().compute_logprobs(types.ModelInput.from_ints(ids)).result()  # fmt: skip
+        served = (
+            tc.create_sampling_client(sampler_path)
+            .result()
+            .compute_logprobs(types.ModelInput.from_ints(ids))
+            .result()
+        )
         old_model = tc
     finally:
         srv.stop()
@@ -223,7 +241,11 @@ def test_state_survives_a_restart_and_tinker_paths_resolve(tmp_path: Path) -> No
         mask = np.asarray(datum.loss_fn_inputs["weights"].tolist()) > 0
         assert loss == pytest.approx(-trained[mask].sum(), rel=1e-4)
         again = sc2.create_sampling_client(model_path=sampler_path).result()
-        assert np.allclose(again.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:], served[1:], atol=1e-5)  # fmt: skip
+        assert np.allclose(
+            again.compute_logprobs(types.ModelInput.from_ints(ids)).result()[1:],
+            served[1:],
+            atol=1e-5,
+        )
         with pytest.raises(Exception, match="load a checkpoint"):
             old_model.forward_backward([datum], "cross_entropy").result()
         old_model.load_state(ckpt).result()  # the restarted server rebuilds it from the path
@@ -248,7 +270,10 @@ def test_the_tinker_cookbook_style_example_learns_the_toy_task(server: Server) -
     assert len(rewards) == 16
     assert first < 0.1 and last > 0.6, rewards
     # 16 snapshots were written; each model keeps only its 4 newest on disk
-    per_model = [len(list(d.glob("sampler_weights/ephemeral-*"))) for d in (server.state_dir / "checkpoints").iterdir()]  # fmt: skip
+    per_model = [
+        len(list(d.glob("sampler_weights/ephemeral-*")))
+        for d in (server.state_dir / "checkpoints").iterdir()
+    ]
     assert max(per_model) == 4, per_model
 
 
@@ -298,7 +323,9 @@ def test_hostile_bodies_get_4xx_and_the_server_keeps_training(server: Server) ->
     assert tc.forward_backward([sft_datum(tc.get_tokenizer())], "cross_entropy").result().metrics
 
 
-def test_skyrl_eval_of_a_tinker_trained_checkpoint_matches_local_eval(server: Server, tmp_path: Path) -> None:  # fmt: skip
+def test_skyrl_eval_of_a_tinker_trained_checkpoint_matches_local_eval(
+    server: Server, tmp_path: Path
+) -> None:
     """A checkpoint trained through Tinker's API to answer 8 (it picks up the digit before the
     tags); `skyrl eval` through the OpenAI API (model=tinker://...) and on its folder give
     the same answers, greedy."""
@@ -306,28 +333,42 @@ def test_skyrl_eval_of_a_tinker_trained_checkpoint_matches_local_eval(server: Se
     tok = tc.get_tokenizer()
     data = []
     for q in ("What is 3 + 5?", "How many shells does each friend get?", "Compute 64 / 8."):
-        prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)  # fmt: skip
+        prompt = tok.apply_chat_template(
+            [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+        )
         p_ids = tok.encode(prompt, add_special_tokens=False)
         ids = p_ids + tok.encode("<answer>8</answer><|im_end|>", add_special_tokens=False)
         weights = [0.0] * (len(p_ids) - 1) + [1.0] * (len(ids) - len(p_ids))
-        data.append(types.Datum(model_input=types.ModelInput.from_ints(ids[:-1]),
-                                loss_fn_inputs={"target_tokens": ids[1:], "weights": weights}))  # fmt: skip
+        data.append(
+            types.Datum(
+                model_input=types.ModelInput.from_ints(ids[:-1]),
+                loss_fn_inputs={"target_tokens": ids[1:], "weights": weights},
+            )
+        )
     for _ in range(20):
         tc.forward_backward(data, "cross_entropy")
         tc.optim_step(types.AdamParams(learning_rate=3e-2)).result()
     path = tc.save_weights_for_sampler("answers-8").result().path
     folder = next((server.state_dir / "checkpoints").glob("*/sampler_weights/answers-8"))
-    env = {**os.environ, "HOME": str(tmp_path)}
+    env = {**os.environ, "HOME": str(tmp_path), "OPENAI_API_KEY": KEY}  # the checkpoint's client
     base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "6", "--no-tracking"]
     texts, reports = [], []
     for name, model in [("local", str(folder)), ("remote", f"openai:{path}@{server.url}/v1")]:
-        out = subprocess.run([*base, "--model", model, "--output", str(tmp_path / name)],
-                             capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+        out = subprocess.run(
+            [*base, "--model", model, "--output", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stderr
         reports.append(json.loads((tmp_path / name / "report.json").read_text()))
         rows = [json.loads(x) for x in (tmp_path / name / "results.jsonl").read_text().splitlines()]
         texts.append([[t["text"] for t in r["turns"] if t["role"] == "assistant"] for r in rows])
     assert texts[0] == texts[1]
     assert sum("8" in t[0] for t in texts[0]) >= 4, texts[0]  # not the base model's blank lines
-    assert (reports[0]["accuracy"], reports[0]["mean_reward"]) == (reports[1]["accuracy"], reports[1]["mean_reward"])  # fmt: skip
+    assert (reports[0]["accuracy"], reports[0]["mean_reward"]) == (
+        reports[1]["accuracy"],
+        reports[1]["mean_reward"],
+    )
     print("eval through tinker:// checkpoint:", reports[0]["accuracy"], texts[0])

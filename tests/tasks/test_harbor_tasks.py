@@ -69,7 +69,10 @@ def test_load_harbor_task_reads_instruction_and_toml(tmp_path):
         (lambda d: (d / "tests" / "test.sh").unlink(), "no tests/test.sh"),
         (lambda d: (d / "task.toml").unlink(), "no task.toml"),
         (lambda d: (d / "task.toml").write_text("[verifier\n"), "not valid TOML"),
-        (lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"), "positive"),
+        (
+            lambda d: (d / "task.toml").write_text("[verifier]\ntimeout_sec = -1\n"),
+            r"\[verifier\] timeout_sec must be a number in \(0, 86400\], got -1",
+        ),
         (lambda d: (d / "task.toml").write_text("metadata = 3\n"), "must be a table"),
         (lambda d: (d / "task.toml").write_text("[metadata]\ntags = 'x'\n"), "list of strings"),
     ],

@@ -134,7 +134,7 @@ def test_staleness_bound_and_metrics(killed_and_resumed):
         else:
             assert "async/behaviour_weight" not in m
     staleness = [r["staleness"] for s in range(1, STEPS + 1)
-                 for r in _lines(run / "rollouts" / f"step-{s:06d}.jsonl")]  # fmt: skip
+                 for r in _lines(run / "rollouts" / f"step-{s:06d}.jsonl")]  # fmt: skip # a table of values, laid out by hand
     assert max(staleness) <= 2 and max(staleness) >= 1  # it did run ahead of the learner
 
 

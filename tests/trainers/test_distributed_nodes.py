@@ -22,12 +22,18 @@ from tests.conftest import BIN, _free_port, kill_cluster
 
 def _ray_start(log: Path, temp_dir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(BIN / "ray"), "start", "--block", "--node-ip-address=127.0.0.1",
-         "--disable-usage-stats", *args],
+        [
+            str(BIN / "ray"),
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--disable-usage-stats",
+            *args,
+        ],
         stdout=open(log, "w"),  # noqa: SIM115 - held for the node's lifetime
         stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +46,14 @@ def two_nodes(tmp_path_factory):
     auth.setenv("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
     temp_dir = Path("/tmp") / f"skyrl-2n-{os.getpid()}"
     head = _ray_start(
-        tmp / "head.log", temp_dir, "--head", f"--port={port}", "--num-cpus=2",
-        "--include-dashboard=false", f"--temp-dir={temp_dir}",
-    )  # fmt: skip
+        tmp / "head.log",
+        temp_dir,
+        "--head",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        f"--temp-dir={temp_dir}",
+    )
     address = f"127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:

@@ -29,7 +29,7 @@ STRATEGIES = {
 def _args(ray_address: str, name: str, *sets: str) -> list[str]:
     out = ["train", "--ray-address", ray_address, "--run-name", name, "--max-steps", "3"]
     for s in ("rollout.batch_size=2", "rollout.group_size=4", "trainer.checkpoint_every=1",
-              "learner.num_workers=2", *sets):  # fmt: skip
+              "learner.num_workers=2", *sets):  # fmt: skip # a table of values, laid out by hand
         out += ["--set", s]
     return out
 
@@ -90,7 +90,7 @@ def test_kill_9_then_resume_with_another_worker_count(project, full_runs, ray_ad
     skyrl(
         "train", "--resume", str(killed), "--ray-address", ray_address,
         "--set", "learner.num_workers=1", cwd=project, timeout=400,
-    )  # fmt: skip
+    )  # fmt: skip # the command line reads as typed
     a, b = _metrics(full_runs["fsdp"]), _metrics(killed)
     assert sorted(b) == [1, 2, 3]
     for step in (2, 3):

@@ -156,12 +156,12 @@ def test_lora_run_learns_the_toy_task_with_a_small_checkpoint(tmp_path, ray_addr
 
     # --resume loads the adapter and its optimizer: one more step lands near the trained
     # model, not near the base (a fresh adapter would start from the base weights)
-    skyrl("train", "--resume", str(run), "--max-steps", "31", "--ray-address", ray_address, cwd=tmp_path)  # fmt: skip
+    skyrl("train", "--resume", str(run), "--max-steps", "31", "--ray-address", ray_address, cwd=tmp_path)  # fmt: skip # the command line reads as typed
     resumed = from_pretrained(run / "model", torch.float32).state_dict()
 
     def dist(a: dict, b: dict) -> float:
         return sum(float((a[k] - b[k]).norm() ** 2) for k in b) ** 0.5
 
-    print(f"resumed step 31 - step 30: {dist(resumed, merged):.3f}, step 30 - base: {dist(merged, base):.3f}")  # fmt: skip
+    print(f"resumed step 31 - step 30: {dist(resumed, merged):.3f}, step 30 - base: {dist(merged, base):.3f}")  # fmt: skip # the message stays on one line
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 31
     assert dist(resumed, merged) < 0.5 * dist(merged, base)

@@ -3,8 +3,13 @@
 
 The cluster is started exactly as the trainer starts it (`trainers.placement.start_ray(None)`,
 with `ray` imported first, as `trainers.sync` does), in its own process. Its listening
-sockets are read from /proc; then an outsider on this machine's network address, without the
-cluster's token, tries what an attacker would: join the cluster and run a task.
+sockets are read from /proc; then an outsider without the cluster's token tries what an
+attacker would: join the cluster and run a task.
+
+Every probe goes to loopback only. The servers bind every interface, so loopback reaches the
+same sockets a neighbour on the network would; what they refuse there, they refuse from
+outside. The outsider names the cluster and its own node as 127.0.0.2: Ray rewrites
+127.0.0.1 and localhost (not the rest of 127/8) to the machine's interface address.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ ray.shutdown()
 
 ATTACK = """
 import ray, sys
-ray.init(address=sys.argv[1], logging_level="ERROR")
+ray.init(address=sys.argv[1], _node_ip_address="127.0.0.2", logging_level="ERROR")
 
 @ray.remote
 def pwn(path):
@@ -125,28 +130,28 @@ def _name(pid: int) -> str:
         return "?"
 
 
-def _machine_address() -> str | None:
-    """This machine's address as the network sees it (not loopback), if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # no packet is sent; this only picks a route
-            address = s.getsockname()[0]
-        except OSError:
-            return None
-    return None if ipaddress.ip_address(address).is_loopback else address
+WILDCARD = ("0.0.0.0", "::")
+
+
+def _loopback_host(address: str) -> str | None:
+    """Where to reach a socket bound to `address` without leaving loopback: itself when it
+    is a loopback address, 127.0.0.1 when it binds every interface, else None."""
+    if address in WILDCARD:
+        return "127.0.0.1"
+    return address if ipaddress.ip_address(address).is_loopback else None
 
 
 AUTH = (401, 403)
 
 
-def _http_status(port: int) -> int | None:
-    """The HTTP status a request without a token gets on this machine's network address;
-    None for a server that does not speak HTTP/1 (gRPC) or no answer."""
-    machine = _machine_address()
-    if machine is None:
+def _http_status(address: str, port: int) -> int | None:
+    """The HTTP status a request without a token gets, asked on loopback; None for a socket
+    loopback cannot reach, a server that does not speak HTTP/1 (gRPC) or no answer."""
+    host = _loopback_host(address)
+    if host is None:
         return None
     try:
-        return urllib.request.urlopen(f"http://{machine}:{port}/", timeout=5).status
+        return urllib.request.urlopen(f"http://{host}:{port}/", timeout=5).status
     except urllib.error.HTTPError as e:
         return e.code
     except (OSError, ValueError, http.client.HTTPException):
@@ -191,8 +196,10 @@ def test_every_listener_is_loopback_or_needs_the_token(private_cluster):
                 continue
             # The driver sets RAY_AUTH_MODE in its own os.environ, which /proc does not show;
             # a long process title (setproctitle) can overwrite what /proc shows of the
-            # environment, and then an HTTP server's answer without the token decides.
-            if pid != driver and _auth_mode(pid) != "token" and _http_status(port) not in AUTH:
+            # environment, and then an HTTP server's answer without the token decides (asked
+            # on loopback: a socket bound to one outside address counts as open).
+            trusted = pid == driver or _auth_mode(pid) == "token"
+            if not trusted and _http_status(address, port) not in AUTH:
                 open_to_all.append((_name(pid), address, port, _auth_mode(pid)))
     assert seen >= 3, "found no Ray listeners to check"  # gcs, raylet, workers at least
     assert not open_to_all, f"listening without authentication: {open_to_all}"
@@ -200,14 +207,11 @@ def test_every_listener_is_loopback_or_needs_the_token(private_cluster):
 
 def test_http_listeners_refuse_a_request_without_the_token(private_cluster):
     driver, _ = private_cluster
-    if _machine_address() is None:
-        pytest.skip("this machine has no address besides loopback")
     listening = _listening()
     answered = {}
     for pid in _descendants(driver):
         for address, port in _sockets_of(pid, listening):
-            if not ipaddress.ip_address(address).is_loopback:
-                answered[(_name(pid), port)] = _http_status(port)
+            answered[(_name(pid), address, port)] = _http_status(address, port)
     answered = {k: v for k, v in answered.items() if v is not None}
     assert answered, "found no HTTP listener (Ray's runtime env agent is one)"
     assert all(code in AUTH for code in answered.values()), answered
@@ -215,15 +219,12 @@ def test_http_listeners_refuse_a_request_without_the_token(private_cluster):
 
 def test_an_outsider_cannot_join_and_run_code(private_cluster, tmp_path):
     _, gcs = private_cluster
-    machine = _machine_address()
-    if machine is None:
-        pytest.skip("this machine has no address besides loopback")
     port = gcs.rsplit(":", 1)[1]
     marker = tmp_path / "pwned"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
     env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token either
     attack = subprocess.run(
-        [sys.executable, "-c", ATTACK, f"{machine}:{port}", str(marker)],
+        [sys.executable, "-c", ATTACK, f"127.0.0.2:{port}", str(marker)],
         env=env,
         capture_output=True,
         text=True,

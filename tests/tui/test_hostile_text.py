@@ -123,9 +123,14 @@ def test_eval_table_and_swe_progress_print_no_control_sequences(tmp_path, capsys
 
     hostile = "\x1b]52;c;cm0gLXJmIH4=\x07[link=http://x]t[/link]\x1b[2J"
     report = {
-        "model": "m" + hostile, "n": 1, "tasks": 1, "accuracy": 1.0, "mean_reward": 1.0,
-        "errors": 0, "breakdown": {"db" + hostile: {"v" + hostile: {"tasks": 1, "pass@1": 1.0}}},
-    }  # fmt: skip
+        "model": "m" + hostile,
+        "n": 1,
+        "tasks": 1,
+        "accuracy": 1.0,
+        "mean_reward": 1.0,
+        "errors": 0,
+        "breakdown": {"db" + hostile: {"v" + hostile: {"tasks": 1, "pass@1": 1.0}}},
+    }
     print_table(report, "sql", "label")
     Recorder(tmp_path, 1)(GradeResult("a__b-1", "", error="boom" + hostile))
     out = capsys.readouterr().out

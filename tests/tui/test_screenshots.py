@@ -40,8 +40,11 @@ def test_exporter_runs_on_a_runs_folder_and_refuses_without_one(tmp_path: Path) 
     out = tmp_path / "screens"
     subprocess.run(
         [sys.executable, "-m", "tui.screenshots", str(tmp_path / "runs"), str(out)],
-        cwd=ROOT, check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert {p.name for p in out.iterdir()} >= {"runs.svg", "run.svg", "trajectory.svg"}
     assert "math-20261201-120000" in (out / "run.svg").read_text().replace("&#160;", " ")
     bare = subprocess.run(

@@ -6,8 +6,9 @@ This file is yours to change. skyrl finds the class through `environments:` in s
     reset(seed=None, options={"task": Task}) -> (observation, info)
     step(action) -> (observation, reward, terminated, truncated, info)
 
-A Task (one line of tasks.jsonl) has `id`, `prompt`, `answer` and `metadata`. Put what your
-environment needs in `metadata`. Bad actions are observations with an error, never
+A Task (one line of tasks.jsonl) has `id`, `prompt`, `answer` and `metadata`, read as
+attributes (`task.prompt`) or as the row you wrote (`task["prompt"]`, `task.get("metadata")`).
+Put what your environment needs in `metadata`. Bad actions are observations with an error, never
 exceptions.
 """
 

@@ -4,7 +4,7 @@
 check() {
     gzip -t backup.tar.gz || return 1
     [ "$(tar -tzf backup.tar.gz | sed 's#^\./##; s#/$##' | sort | tr '\n' ' ')" = "data data/images data/images/logo.png data/settings.yaml data/users.csv " ] || return 1
-    out=/logs/verifier/extracted
+    out=$(mktemp -d)  # not in /logs/verifier: the agent's archive is extracted nowhere near the reward
     mkdir -p "$out" && tar -xzf backup.tar.gz -C "$out" || return 1
     diff -r "$out/data" data || return 1
     [ "$(cat data/users.csv)" = "id,name

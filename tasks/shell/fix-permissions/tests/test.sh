@@ -3,7 +3,8 @@
 
 check() {
     [ "$(stat -c '%a %n' bin/deploy.sh secrets/api.key secrets | tr '\n' ' ')" = "755 bin/deploy.sh 600 secrets/api.key 700 secrets " ] || return 1
-    [ "$(./bin/deploy.sh)" = "deployed" ] || return 1
+    # the agent's to fix the mode of, not to change: compared, never run with the verifier's rights
+    [ "$(cat bin/deploy.sh)" = "$(printf '#!/bin/bash\necho deployed')" ] || return 1
     [ "$(cat secrets/api.key)" = "k-12345" ]
 }
 
