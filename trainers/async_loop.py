@@ -4,9 +4,11 @@
     skyrl train --env math --set trainer.schedule=async --set async.stale=reweight \\
         --set algorithm.tis_cap=2                                       # keep stale samples
 
-The sibling of trainers/sync.py, built from the same pieces (trainers/steps.py) and talking
-to the same two clients. Batch b is what sync's step b samples: the same P tasks, the same
-seeds (`collect`). Rollout threads sample batch after batch without waiting for the learner,
+The sibling of the sync schedule (sync.py): the same step pieces (trainers/steps.py), the
+same run around the loop (trainers/session.py: setup, resume, evaluation, each step's
+record and checkpoint, the end) and the same two clients; what is its own here is the
+scheduling. Batch b is what sync's step b samples: the same P tasks, the same seeds
+(`collect`). Rollout threads sample batch after batch without waiting for the learner,
 up to `async.rollout_batches` batches ahead of it (default max_staleness + 1); the learner
 trains step t on batch t as soon as it is complete, then pushes the new weights to the
 engine in flight: running requests switch to them between two decode steps (the `hf`
@@ -35,22 +37,15 @@ from collections import Counter
 from dataclasses import asdict, replace
 from typing import Any
 
+import torch
+
 from agents.engine import GenRequest, GenResult
 from agents.sampling import Done, SamplingClient
 from agents.trajectory import Trajectory, Turn
 from trainers.config import RunConfig
 from trainers.rundir import RunDir
-from trainers.steps import (
-    Acting,
-    EpisodesFailed,
-    check_failures,
-    collect,
-    no_signal_warning,
-    save_checkpoint,
-    step_metrics,
-    train_step,
-)
-from trainers.sync import finish, prepare, run_eval
+from trainers.session import prepare
+from trainers.steps import Acting, collect, shaped_rewards, step_metrics, train_step
 
 # --------------------------------------------------------------------------- rollouts
 
@@ -82,13 +77,16 @@ class Rollouts:
         first: int,
         restored: dict[int, list[Trajectory]],
     ) -> None:
-        cfg = ac.cfg
+        cfg, G = ac.cfg, ac.cfg.rollout.group_size
         self.ac, self.sampler = ac, _Timed(sampler, self)
         self.ahead = cfg.async_.rollout_batches or cfg.async_.max_staleness + 1
         self.last = cfg.trainer.max_steps
         self.cond = threading.Condition()
         self.version = version  # the learner's, as live on the engine
-        self.buffer = dict(restored)  # batch -> its episodes, sampled and not yet trained
+        # batch -> its episodes, sampled and not yet trained, and their shaped rewards
+        self.buffer = {
+            b: (trajs, shaped_rewards(cfg, groups(trajs, G))) for b, trajs in restored.items()
+        }
         self.running: set[int] = set()
         self.next = first
         self.error: BaseException | None = None
@@ -119,7 +117,7 @@ class Rollouts:
     def _work(self) -> None:
         while (b := self._claim()) is not None:
             try:
-                trajs, _ = collect(self.ac, self.sampler, b)  # type: ignore[arg-type]
+                trajs, _, rewards_K_G = collect(self.ac, self.sampler, b)  # type: ignore[arg-type]
             except BaseException as e:  # noqa: BLE001 - handed to the learner's thread
                 with self.cond:
                     self.error = self.error or e
@@ -127,12 +125,13 @@ class Rollouts:
                 return
             with self.cond:
                 self.running.discard(b)
-                self.buffer[b] = trajs
+                self.buffer[b] = trajs, rewards_K_G
                 self.episodes += len(trajs)
                 self.cond.notify_all()
 
-    def take(self, b: int) -> list[Trajectory]:
-        """Batch b's episodes, waiting for them (a rollout thread's error is raised here)."""
+    def take(self, b: int) -> tuple[list[Trajectory], torch.Tensor]:
+        """Batch b's episodes and their shaped rewards (`rewards_K_G`), waiting for them (a
+        rollout thread's error is raised here)."""
         with self.cond:
             while b not in self.buffer and self.error is None:
                 self.cond.wait()
@@ -162,18 +161,23 @@ class Rollouts:
             busy_s = self.busy_s + (now - self.busy_since if self.busy else 0.0)
             self.busy_s, self.busy_since = 0.0, now
             episodes, self.episodes = self.episodes, 0
-            depth = sum(len(t) for t in self.buffer.values()) // self.ac.cfg.rollout.group_size
+            depth = sum(len(t) for t, _ in self.buffer.values()) // self.ac.cfg.rollout.group_size
             return episodes, busy_s, depth
 
     def snapshot(self) -> dict[str, list[dict[str, Any]]]:
         """The buffered batches as JSON (a checkpoint's `async_buffer`)."""
         with self.cond:
-            return {str(b): [asdict(t) for t in trajs] for b, trajs in self.buffer.items()}
+            return {str(b): [asdict(t) for t in trajs] for b, (trajs, _) in self.buffer.items()}
 
     def close(self) -> None:
         with self.cond:
             self.closed = True
             self.cond.notify_all()
+
+
+def groups(trajs: list[Trajectory], group_size: int) -> list[list[Trajectory]]:
+    """A batch's episodes as its groups, in task order."""
+    return [trajs[i : i + group_size] for i in range(0, len(trajs), group_size)]
 
 
 def restore_buffer(state: dict[str, Any]) -> dict[int, list[Trajectory]]:
@@ -223,41 +227,27 @@ def async_metrics(stale_N: list[int], bounded: list[Trajectory], ahead: int) -> 
 def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
     """Train on the async schedule; returns a summary like `sync.main`."""
     ses = prepare(cfg, run, resume)
-    ac, tr, rec, stop, done = ses.ac, ses.tr, ses.rec, ses.stop, ses.done
-    progress, tracker, clients = rec.progress, rec.tracker, tr.clients
-    G = cfg.rollout.group_size
+    tr, clients, G = ses.tr, ses.tr.clients, cfg.rollout.group_size
     sampler = clients.policy.sampling_client()
-    rollouts = Rollouts(ac, sampler, tr.version, done + 1, restore_buffer(ses.state))
+    rollouts = Rollouts(ses.ac, sampler, tr.version, ses.done + 1, restore_buffer(ses.state))
     if rollouts.buffer:
-        progress.note(f"restored {len(rollouts.buffer)} sampled batches from the checkpoint")
-
-    # ------------------------------------------------------------- the loop
-    # As in sync: Ctrl-C finishes the current step and checkpoints it (buffer included).
-    stop.graceful = True
-    progress.start(done)
-    step_times: list[float] = []
-    zero_variance: list[float] = []
-    warned_no_signal = False
+        ses.progress.note(f"restored {len(rollouts.buffer)} sampled batches from the checkpoint")
+    ses.start()  # as in sync: a first Ctrl-C finishes the step and checkpoints it (buffer too)
     t_last = time.perf_counter()
     try:
-        for step in range(done + 1, cfg.trainer.max_steps + 1):
+        for step in range(ses.done + 1, cfg.trainer.max_steps + 1):
             # 1. batch `step`: sampled ahead by the rollout threads (wait when it is not done)
             t0 = time.perf_counter()
-            trajs = rollouts.take(step)
+            trajs, rewards_K_G = rollouts.take(step)
             t_wait = time.perf_counter() - t0
-            try:
-                if warning := check_failures(trajs, step, cfg.trainer.max_failed_fraction):
-                    progress.note(warning)
-            except EpisodesFailed:
-                run.write_rollouts(step, [t.to_record(step) for t in trajs])
-                raise
+            ses.check_episodes(step, trajs)  # every episode failed: stop with the first error
 
             # 2. the staleness bound, then the same update as sync's (groups in task order)
             stale_N = staleness(trajs, tr.version)
             bounded = bound(cfg, trajs, stale_N)
-            kept = [bounded[i : i + G] for i in range(0, len(bounded), G)]
+            kept = groups(bounded, G)
             t0 = time.perf_counter()
-            learn = train_step(tr, kept, cfg.async_.behaviour_cap)
+            learn = train_step(tr, kept, cfg.async_.behaviour_cap, rewards_K_G=rewards_K_G)
             t_train = time.perf_counter() - t0
 
             # 3. push the new weights: live on the engine between two of its decode steps
@@ -271,7 +261,6 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
             now = time.perf_counter()
             t_all, t_last = now - t_last, now
             episodes, busy_s, depth = rollouts.counters()
-            step_times.append(t_all)
             metrics = step_metrics(trajs, G, learn) | async_metrics(
                 stale_N, bounded, rollouts.ahead
             )
@@ -289,37 +278,16 @@ def main(cfg: RunConfig, run: RunDir, resume: bool = False) -> dict[str, Any]:
                 "perf/trained_samples_per_s": metrics["async/trained_samples"] / t_all,
                 "policy_version": tr.version,
             }
-            every = cfg.eval.every
-            if rec.eval_tasks and every and step % every == 0 and step < cfg.trainer.max_steps:
-                report = run_eval(ac, tr, rec, f"step-{step:06d}", step)
-                metrics["eval/accuracy"] = report["accuracy"]
-                metrics["eval/mean_reward"] = report["mean_reward"]
             records = [
                 t.to_record(step) | {"staleness": s, "dropped": b.error != t.error}
                 for t, b, s in zip(trajs, bounded, stale_N, strict=True)
             ]
-            run.write_rollouts(step, records)
-            run.append_metrics({"step": step, "time": time.time(), **metrics})
-            tracker.log_metrics(metrics, step)
-            run.set_status(step=step, last_reward=metrics["reward/mean"])
-            zero_variance.append(metrics["groups/zero_variance"])
-            if not warned_no_signal and (warning := no_signal_warning(zero_variance, step)):
-                progress.note(warning)
-                warned_no_signal = True
-            eta = (cfg.trainer.max_steps - step) * sum(step_times[-5:]) / len(step_times[-5:])
-            progress.step(step, metrics, eta)
+            ses.record(step, metrics, records, t_all)
 
-            # 5. checkpoint, with the batches sampled ahead and not yet trained
-            last = step == cfg.trainer.max_steps
-            if step % cfg.trainer.checkpoint_every == 0 or last or stop.is_set():
-                extra = {"async_buffer": {} if last else rollouts.snapshot()}
-                save_checkpoint(tr, run, step, tracker.run_id, extra)
-            if stop.is_set():
-                progress.close()
-                tracker.close("KILLED")
-                raise KeyboardInterrupt
+            # 5. checkpoint, with the batches sampled ahead and not yet trained; or stop
+            ses.checkpoint_or_stop(
+                step, lambda last: {"async_buffer": {} if last else rollouts.snapshot()}
+            )
     finally:
         rollouts.close()
-    stop.graceful = False
-    progress.close()
-    return finish(ses)
+    return ses.finish()

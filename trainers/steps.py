@@ -1,10 +1,11 @@
-"""One training step's pieces, shared by every schedule (sync now, async next).
+"""One training step's pieces, shared by both schedules (trainers/sync.py, async_loop.py).
 
-`collect` a step's groups of episodes, `build_data` (one Tinker datum per trained episode),
-`freeze` the numbers fixed for the step (old log-probs, the reference's, the critic's values),
-`compute_advantages` with the algorithm's estimator (client side, as in Tinker), and `update`
-the policy (and critic) with `forward_backward` + `optim_step` per mini-batch. They talk to
-the training and sampling clients only.
+`collect` a step's groups of episodes and their shaped rewards (each episode's shaped once),
+`build_data` (one Tinker datum per trained episode), `freeze` the numbers fixed for the step
+(old log-probs, the reference's, the critic's values), `compute_advantages` with the
+algorithm's estimator (client side, as in Tinker), and `update` the policy (and critic) with
+`forward_backward` + `optim_step` per mini-batch. They talk to the training and sampling
+clients only.
 """
 
 from __future__ import annotations
@@ -201,10 +202,16 @@ def shaped_reward(cfg: RunConfig, t: Trajectory) -> float:
     )
 
 
+def shaped_rewards(cfg: RunConfig, groups: list[list[Trajectory]]) -> torch.Tensor:
+    """rewards_K_G: each episode's `shaped_reward`, group by group."""
+    return torch.tensor([[shaped_reward(cfg, t) for t in g] for g in groups])
+
+
 def collect(
     ac: Acting, sampler: SamplingClient, step: int
-) -> tuple[list[Trajectory], list[list[Trajectory]]]:
-    """Every episode of the step, and the groups kept for the update (up to the batch).
+) -> tuple[list[Trajectory], list[list[Trajectory]], torch.Tensor]:
+    """Every episode of the step, the groups kept for the update (up to the batch), and the
+    kept groups' shaped rewards (`rewards_K_G`, what the update's advantages start from).
 
     Without dynamic sampling that is one round of P tasks, all kept. With it, groups whose
     rewards are all equal are dropped and further rounds (new tasks, new seeds; a pure
@@ -215,6 +222,7 @@ def collect(
     sample = lambda reqs: sampler.generate(reqs, r.temperature, r.top_p).result()  # noqa: E731
     trajs: list[Trajectory] = []
     kept: list[list[Trajectory]] = []
+    kept_rewards: list[torch.Tensor] = []
     for k in range(a.max_sample_rounds if a.dynamic_sampling else 1):
         tasks_P = batch_tasks(ac.train_tasks, cfg.trainer.seed + 7919 * k, step, r.batch_size)
         first = k * r.batch_size  # group ids and seeds continue across rounds
@@ -227,14 +235,19 @@ def collect(
         ]
         new = run_episodes(sample, ac.make_env, ac.chat, flat, groups, seeds, ac.budget, ac.pool)
         trajs += new
-        for p in range(len(tasks_P)):
-            group = new[p * r.group_size : (p + 1) * r.group_size]
-            rewards_G = torch.tensor([[shaped_reward(cfg, t) for t in group]])
-            if not a.dynamic_sampling or bool(dynamic_sampling_keep(rewards_G)[0]):
+        groups_P = [new[p * r.group_size : (p + 1) * r.group_size] for p in range(len(tasks_P))]
+        rewards_P_G = shaped_rewards(cfg, groups_P)
+        keep_P = (
+            dynamic_sampling_keep(rewards_P_G) if a.dynamic_sampling else [True] * len(groups_P)
+        )
+        for group, rewards_G, keep in zip(groups_P, rewards_P_G, keep_P, strict=True):
+            if keep:
                 kept.append(group)
+                kept_rewards.append(rewards_G)
         if len(kept) >= want:
             break
-    return trajs, kept[:want]
+    rewards_K_G = torch.stack(kept_rewards[:want]) if kept else torch.zeros(0, r.group_size)
+    return trajs, kept[:want], rewards_K_G
 
 
 # ----------------------------------------------------------------- data, advantages
@@ -300,12 +313,13 @@ def freeze(
 
 def compute_advantages(
     tr: Learning,
-    kept: list[list[Trajectory]],
+    rewards_K_G: torch.Tensor,
     trained: list[tuple[int, int]],
     data: list[Datum],
     frozen: dict[str, Any],
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per-token advantages (and returns, for a critic) by the algorithm's estimator."""
+    """Per-token advantages (and returns, for a critic) by the algorithm's estimator, from
+    the kept groups' shaped rewards."""
     a = tr.cfg.algorithm
     kl = None
     if a.kl_in_reward and frozen["ref"] is not None:
@@ -313,7 +327,6 @@ def compute_advantages(
             KL_ESTIMATORS[a.kl_estimator](o, r)
             for o, r in zip(frozen["old"], frozen["ref"], strict=True)
         ]
-    rewards_K_G = torch.tensor([[shaped_reward(tr.cfg, t) for t in g] for g in kept])
     lengths = [d.n_loss for d in data]
     inputs = AdvantageInputs(rewards_K_G, trained, lengths, kl, frozen["values"], tr.kl.value, a)
     return ESTIMATORS[ALGORITHMS[a.name].estimator](inputs)
@@ -515,11 +528,15 @@ def behaviour_weights(
 
 
 def train_step(
-    tr: Learning, kept: list[list[Trajectory]], behaviour_cap: float | None = None
+    tr: Learning,
+    kept: list[list[Trajectory]],
+    behaviour_cap: float | None = None,
+    rewards_K_G: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """The kept groups in, the policy (and critic) updated, the learner's metrics out. With
     `behaviour_cap` (the async schedule), tokens sampled by older weights get decoupled
-    PPO's behaviour weight, unless `tis_cap` already weights every token."""
+    PPO's behaviour weight, unless `tis_cap` already weights every token. `rewards_K_G`:
+    the groups' shaped rewards as `collect` returned them (shaped here when not given)."""
     data, trained = build_data(tr.cfg, kept)
     if not data:
         return {}
@@ -528,7 +545,9 @@ def train_step(
         stale = stale_tokens(tr, kept, trained, data)
         stale = stale if any(bool(s_T.any()) for s_T in stale) else None
     frozen = freeze(tr, data, len(optimizer_steps(tr.cfg, data)), stale is not None)
-    adv, returns = compute_advantages(tr, kept, trained, data, frozen)
+    if rewards_K_G is None:
+        rewards_K_G = shaped_rewards(tr.cfg, kept)
+    adv, returns = compute_advantages(tr, rewards_K_G, trained, data, frozen)
     extra: dict[str, float] = {}
     if stale is not None and behaviour_cap is not None:
         adv, extra = behaviour_weights(adv, stale, frozen["old"], data, behaviour_cap)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from trainers.steps import (
     compute_advantages,
     freeze,
     loss_config,
+    shaped_rewards,
     train_step,
 )
 
@@ -407,7 +408,7 @@ def test_bf16_keeps_fp32_master_weights_and_computes_in_bf16(tiny):
     # one optimizer step on the learner itself, so its gradients can be read before it
     data, trained = build_data(bf16.cfg, kept)
     frozen = freeze(bf16, data, 1)
-    adv, returns = compute_advantages(bf16, kept, trained, data, frozen)
+    adv, returns = compute_advantages(bf16, shaped_rewards(bf16.cfg, kept), trained, data, frozen)
     attach(data, frozen, adv, returns)
     learner = bf16.clients.policy.learner.backend  # type: ignore[attr-defined]
     learner.forward_backward(data, "ppo", loss_config(bf16.cfg, 0.01))
