@@ -95,7 +95,7 @@ def bench(name: str, path: Path, n_params: int, a: argparse.Namespace) -> dict:
 
     from agents import engines
     from agents.engine import GenRequest
-    from trainers.client import AdamParams, Datum
+    from trainers.client import AdamParams, Datum, learner_spec
     from trainers.config import build_config
     from trainers.learner import TorchLearner
 
@@ -123,7 +123,7 @@ def bench(name: str, path: Path, n_params: int, a: argparse.Namespace) -> dict:
         [{"model": {"name": str(path), "dtype": a.dtype}, "rollout": {"temperature": 1.0}}],
         env_name="math",
     )
-    learner = TorchLearner(path, cfg)
+    learner = TorchLearner(path, learner_spec(cfg))
     data = [
         Datum.from_sequence(
             q.prompt_ids + r.token_ids,
@@ -186,7 +186,7 @@ def bench_learners(name: str, path: Path, a: argparse.Namespace) -> list[dict]:
     import ray
     import torch
 
-    from trainers.client import AdamParams, Datum
+    from trainers.client import AdamParams, Datum, learner_spec
     from trainers.config import build_config
     from trainers.learner_group import learner_group
     from trainers.placement import _RayHandle, _Worker, start_ray
@@ -236,10 +236,10 @@ def bench_learners(name: str, path: Path, a: argparse.Namespace) -> list[dict]:
         handle: Any
         if label == "torch":  # as trainers/placement.py starts the one-process learner
             actor = ray.remote(num_cpus=0)(_Worker).options(num_gpus=gpus)
-            handle = _RayHandle(actor.remote("learner", str(path), cfg))
+            handle = _RayHandle(actor.remote("learner", str(path), learner_spec(cfg)))
             actors = [handle.actor]
         else:
-            handle = learner_group(cfg, str(path), a.threads or os.cpu_count() or 1)
+            handle = learner_group(learner_spec(cfg), str(path), a.threads or os.cpu_count() or 1)
             actors = handle.actors
         update(handle)  # warm-up (and the workers' set-up); the update that is compared
         ref, _ = gather(handle)

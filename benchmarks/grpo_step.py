@@ -95,7 +95,7 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
     from agents.chat import ChatFormat
     from agents.engine import GenRequest
     from trainers.algorithms import grpo_advantages
-    from trainers.client import AdamParams, Datum
+    from trainers.client import AdamParams, Datum, learner_spec
     from trainers.config import build_config
     from trainers.learner import TorchLearner
 
@@ -121,7 +121,7 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
         engine.ignore_eos = True  # every completion is exactly N tokens
     else:
         engine.eos_ids = []  # a sampled EOS ends nothing: every completion is exactly N tokens
-    learner = TorchLearner(model_path, cfg)
+    learner = TorchLearner(model_path, learner_spec(cfg))
     chat = ChatFormat(engine.tokenizer)
     prompts_P = [chat.prompt_ids([{"role": "user", "content": p}]) for p in PROMPTS[:P]]
 
