@@ -324,7 +324,22 @@ def episode_env(image: Image) -> dict[str, str]:
     env |= {"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{KIT}/wheels"}
     env |= {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": "/usr/bin/python3"}
     env["SKYRL_UV_DIR"] = f"{KIT}/uv"
+    env |= pip_env()
     return env
+
+
+def pip_env() -> dict[str, str]:
+    """pip's own configuration (its `PIP_*` variables) for the same offline kit as uv: a
+    verifier's `pip install pytest==X` finds the pinned wheel with no index. PEP 668's refusal
+    is off, as in the official python images most such tasks start from (the host's Debian
+    python stands for them); a read-only system site makes pip install to the user's."""
+    return {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"{KIT}/wheels",
+        "PIP_BREAK_SYSTEM_PACKAGES": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
+    }
 
 
 # ---------------------------------------------------------------------------- offline kit

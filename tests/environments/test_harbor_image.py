@@ -311,6 +311,37 @@ def test_the_verifier_preamble_runs_offline(tmp_path, cache):
         env.close()
 
 
+PIP_TEST = """#!/bin/bash
+python3 -m pip install pytest==8.4.1 || true
+python3 -m pytest /tests/test_state.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_a_verifier_that_pip_installs_its_tools_runs_offline(tmp_path, cache):
+    """A verifier that installs pytest with pip at verify time (as many Terminal-Bench tasks
+    do) gets the pinned wheel from the offline kit through pip's own configuration: the
+    oracle scores 1 and noop 0, never a silent 0 from `No module named pytest`."""
+    task = make_task(tmp_path / "t", "FROM python:3.12-slim\nWORKDIR /app\n", PIP_TEST)
+    (tmp_path / "t" / "tests" / "test_state.py").write_text(
+        "from pathlib import Path\n\ndef test_hello():\n"
+        "    assert Path('/app/out').read_text().strip() == '7'\n"
+    )
+    env = ShellEnv(timeout_s=20)
+    try:
+        for done, want in ((True, 1.0), (False, 0.0)):
+            env.reset(options={"task": task})
+            if done:
+                env.step("<bash>echo 7 > out</bash>")
+            _, reward, _, _, info = env.step("<submit/>")
+            output = info["verifier"]["output"]
+            assert "No module named pytest" not in output, output
+            assert (reward, info["reward_error"]) == (want, None), output
+            assert ("1 passed" in output) == done, output
+    finally:
+        env.close()
+
+
 def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
     entry = '#!/bin/bash\necho "$(date +%s%N)" >> /logs/started\nexec "$@"\n'
     dockerfile = (
