@@ -135,7 +135,7 @@ def eval_(
 
         sets = dict(s.split("=", 1) for s in (set_ or []) if s.startswith("env.kwargs."))
         kwargs = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
-        _guarded(lambda: run_reference_agent(agent, harbor_tasks(tasks, split), kwargs))
+        _guarded(lambda: run_reference_agent(agent, *harbor_tasks(tasks, split), kwargs))
         return
     if model is None:
         fail(

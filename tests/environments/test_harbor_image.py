@@ -342,6 +342,28 @@ def test_a_verifier_that_pip_installs_its_tools_runs_offline(tmp_path, cache):
         env.close()
 
 
+def test_a_task_that_cannot_load_is_skipped_and_the_folder_still_runs(tmp_path, cache):
+    """A multi-step task (Harbor's `[[steps]]`, `steps/*/instruction.md`) beside a plain one:
+    the plain task runs and scores, the other is named in one sentence and counted as not
+    run (before, the whole folder stopped at load, exit 2, nothing run)."""
+    simple = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
+    make_task(tmp_path / "tasks" / "plain", "FROM debian\nWORKDIR /app\n", simple)
+    (tmp_path / "tasks" / "plain" / "solution" / "solve.sh").write_text("echo 7 > /app/out\n")
+    steps = tmp_path / "tasks" / "stepped"
+    make_task(steps, "FROM debian\nWORKDIR /app\n", simple)
+    (steps / "instruction.md").unlink()
+    (steps / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
+    for name in ("one", "two"):
+        (steps / "steps" / name).mkdir(parents=True)
+        (steps / "steps" / name / "instruction.md").write_text(f"Do step {name}.")
+    done = skyrl_eval("oracle", tmp_path / "tasks", cache)
+    lines = done.stdout.splitlines()
+    assert "plain: reward 1 [reward=1]" in lines, (done.stdout, done.stderr)
+    skipped = [ln for ln in lines if ln.startswith("stepped: not run")]
+    assert len(skipped) == 1 and "multi-step" in skipped[0] and skipped[0].endswith("."), lines
+    assert "1 tasks run, 1 not run" in lines[-1]
+
+
 def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
     entry = '#!/bin/bash\necho "$(date +%s%N)" >> /logs/started\nexec "$@"\n'
     dockerfile = (
