@@ -54,7 +54,7 @@ from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
 
-BUILD_VERSION = "3"
+BUILD_VERSION = "4"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -260,6 +260,7 @@ class Layout:
         shutil.copytree(self.image.layer, self.root, symlinks=True)
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
+        usual_dirs(self.root)
         chown_tree(sb.workdir, sb.uid)
         sb.mount_workdir = False
         sb.view = [*layer_view(self.root), *own_hosts(sb), *kit_view()]
@@ -305,6 +306,22 @@ class Layout:
     def host_path(self, inner: str) -> Path:
         """Where the sandbox's `inner` path (in the layer) is on the host."""
         return _safe_target(self.root, inner)
+
+
+USUAL_VAR = ("log", "tmp", "cache", "lib", "spool", "mail", "opt", "backups", "local")
+"""`/var`'s folders in a Debian image: the layer has them, so `/var` is the image's (bound
+from the layer, writable), not a host folder; `/var/run` and `/var/lock` stay links to /run."""
+
+
+def usual_dirs(root: Path) -> None:
+    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all), as an image
+    does; folders a build made already are kept."""
+    var = _safe_target(root, "/var")
+    for name in USUAL_VAR:
+        _safe_target(root, f"/var/{name}").mkdir(parents=True, exist_ok=True)
+    for name, target in (("run", "/run"), ("lock", "/run/lock")):
+        if not os.path.lexists(var / name):
+            os.symlink(target, var / name)
 
 
 def own_hosts(sandbox: Sandbox) -> list[str]:
@@ -500,15 +517,26 @@ def _copy_step(
     *sources, dest = words
     dest_inner = dest if dest.startswith("/") else posixpath.join(workdir, dest)
     ctx = context.resolve()
+    matched: list[tuple[str, Path]] = []
     for source in sources:
         if re.match(r"^[a-z]+://", source):
             return f"fetches {source} from the network"
-        found = (ctx / source.lstrip("/")).resolve()
+        pattern = source.lstrip("/")
+        if not re.search(r"[*?[]", pattern):
+            matched.append((source, ctx / pattern))
+            continue
+        # Docker's wildcards (Go's filepath.Match): each match is a source of its own
+        hits = sorted(ctx.glob(pattern)) if pattern not in ("", ".") else []
+        if not hits:
+            return f"{source} matches no file in environment/"
+        matched += [(source, hit) for hit in hits]
+    for source, path in matched:
+        found = path.resolve()
         if not found.is_relative_to(ctx):
             return f"{source} is outside environment/ (the build context)"
         if not found.exists():
             return f"{source} is not in environment/"
-        into_dir = dest.endswith("/") or len(sources) > 1 or found.is_dir()
+        into_dir = dest.endswith("/") or len(matched) > 1 or found.is_dir()
         target_inner = (
             posixpath.join(dest_inner, found.name) if into_dir and found.is_file() else dest_inner
         )
@@ -618,6 +646,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
 def _prepare_run(sandbox: Sandbox, root: Path, image: Image) -> None:
     for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
+    usual_dirs(root)
     chown_tree(root, sandbox.uid)
     sandbox.view = [*layer_view(root), *own_hosts(sandbox), *kit_view()]
     sandbox.inner_workdir = image.workdir

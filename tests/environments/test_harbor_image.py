@@ -364,6 +364,34 @@ def test_a_task_that_cannot_load_is_skipped_and_the_folder_still_runs(tmp_path, 
     assert "1 tasks run, 1 not run" in lines[-1]
 
 
+def test_copy_with_a_wildcard_and_the_usual_var_log(tmp_path, cache):
+    """`COPY *.py /app/` is Docker's (before: 'is not in environment/', the task blamed);
+    `/var/log` exists and is writable, at build time and in the episode, as in an image."""
+    dockerfile = (
+        "FROM python:3.12-slim\nWORKDIR /app\nCOPY *.py /app/\nCOPY conf/*.ini ./conf/\n"
+        "RUN echo built >> /var/log/build.log\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        "[ -f /app/a.py ] && [ -f /app/b.py ] && [ -f /app/conf/x.ini ] || ok=0\n"
+        "[ ! -e /app/notes.txt ] && [ ! -e /app/c.txt ] || ok=0\n"
+        '[ "$(cat /var/log/build.log)" = built ] || ok=0\n'
+        '[ "$(cat /var/log/agent.log)" = 7 ] || ok=0\n'
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    files = {"a.py": "", "b.py": "", "notes.txt": "", "conf/x.ini": "", "conf/c.txt": ""}
+    task = make_task(tmp_path / "t", dockerfile, test_sh, files)
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        assert env.step("<bash>echo 7 > /var/log/agent.log</bash>")[0].startswith("[exit code: 0]")
+        _, reward, _, _, info = env.step("<submit/>")
+        assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]
+    finally:
+        env.close()
+
+
 def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
     entry = '#!/bin/bash\necho "$(date +%s%N)" >> /logs/started\nexec "$@"\n'
     dockerfile = (
