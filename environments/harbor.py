@@ -67,6 +67,12 @@ PROBE_S = 1.5
 """How long the ENTRYPOINT probe lets the entrypoint run before its command exits."""
 MAX_CONTEXT_BYTES = 64 * 1024 * 1024
 _PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]+\])?)==([0-9][\w.+!-]*)")
+_OFFLINE = re.compile(
+    r"No matching distribution|Could not resolve|Temporary failure in name resolution|"
+    r"Network is unreachable|Failed to establish a new connection|Could not fetch URL|"
+    r"ERR! network|Failed to fetch|dial tcp|getaddrinfo"
+)
+"""What a download that found no network says (pip, apt, npm, go, curl)."""
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
 
 
@@ -81,6 +87,16 @@ def cache_root() -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise ValueError(f"the Harbor cache {root} is not a folder of ours that only we may write")
     root.chmod(0o755)
+    if os.geteuid() == 0:  # sandboxes run as uids of their own, which own none of its parents
+        shut = next((p for p in root.resolve().parents if not p.stat().st_mode & 0o001), None)
+        if shut is not None:
+            raise ValueError(
+                f"the Harbor cache {root} is inside {shut} (mode "
+                f"{stat.S_IMODE(shut.stat().st_mode):04o}), which the sandbox's user cannot "
+                f"enter: set SKYRL_HARBOR_CACHE to a folder outside it (the default, "
+                f"{Path(tempfile.gettempdir()) / 'skyrl-harbor-<uid>'}, works) or let others "
+                f"enter it (chmod o+x {shut})"
+            )
     return root
 
 
@@ -597,7 +613,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
         image.problems.append(f"COPY: {too_big}")
         return image
     for word, args in _instructions(text):
-        step = f"{word} {args}"[:120]
+        step = f"{word} {args}"  # whole: a pre-flight reason is never cut
         if word == "WORKDIR":
             image.workdir = posixpath.normpath(
                 posixpath.join(image.workdir, _expand(args, variables))
@@ -612,7 +628,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
             try:
                 why = _copy_step(args, {**variables, **image.env}, context, root, image.workdir)
             except (OSError, ValueError, shutil.Error) as e:
-                why = str(e)[:200]
+                why = str(e)
             if why:
                 image.problems.append(f"{step}: {why}")
         elif word == "RUN":
@@ -661,8 +677,16 @@ def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | No
     sandbox.kill_all()
     if result.returncode == 0:
         return None
-    out = (result.stderr.strip() or result.stdout.strip()).splitlines() or [""]
-    return f"failed here (exit {result.returncode}): {out[-1][:200]}"
+    text = result.stderr.strip() or result.stdout.strip()
+    last = text.splitlines()[-1].strip() if text else ""
+    why = (
+        f"failed here (exit {result.returncode}): {last}"
+        if last
+        else (f"failed here (exit {result.returncode}, no output)")
+    )
+    if _OFFLINE.search(f"{result.stdout}\n{result.stderr}"):
+        why += " (the build sandbox has no network, so nothing can be downloaded at build time)"
+    return why
 
 
 def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
@@ -679,7 +703,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     errors = [ln for ln in text.splitlines() if re.search(r"Error|error:|denied|not found", ln)]
     if result.returncode != 0 or errors:
         why = errors[-1].strip() if errors else f"exit {result.returncode}"
-        return f"fails here: {why[:200]}{_culprit(text)}"
+        return f"fails here: {why}{_culprit(text)}"
     return None
 
 
@@ -696,7 +720,7 @@ def _culprit(text: str) -> str:
     if not frames:
         return ""
     path, number, code = frames[-1]
-    return f" (at {path} line {number}: {code[:120]})"
+    return f" (at {path} line {number}: {code})"
 
 
 @functools.cache

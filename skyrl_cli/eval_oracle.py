@@ -9,10 +9,20 @@ before any episode runs, and counted as not run (never as a silent 0).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 AGENTS = ("oracle", "noop")
+_ERROR_LINE = re.compile(r"error|fail|No module named|not found|denied|assert", re.IGNORECASE)
+
+
+def last_error_line(output: str) -> str:
+    """The verifier's last line that reads as an error, else its last line ('' for none)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    return next(
+        (ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1] if lines else ""
+    )
 
 
 def harbor_tasks(tasks: Path | None, split: str | None) -> tuple[list[Any], dict[str, str]]:
@@ -39,10 +49,15 @@ def harbor_tasks(tasks: Path | None, split: str | None) -> tuple[list[Any], dict
 
 
 def run_reference_agent(
-    agent: str, tasks: list[Any], skipped: dict[str, str], sets: dict[str, Any]
+    agent: str,
+    tasks: list[Any],
+    skipped: dict[str, str],
+    sets: dict[str, Any],
+    output: Path | None = None,
 ) -> dict[str, Any]:
     """Run `agent` on each task; print the pre-flight lines, one line per task (`skipped`:
-    tasks that could not load, name -> why), the total."""
+    tasks that could not load, name -> why; a 0 with the verifier's last error line), the
+    total. `output`: each task's `/logs` (agent/, verifier/) kept under `output/<task>/`."""
     from environments import harbor
     from environments.registry import BUILTINS
     from environments.shell import ShellEnv
@@ -71,9 +86,13 @@ def run_reference_agent(
             if agent == "oracle":
                 env.run_oracle()
             _, reward, _, _, info = env.step("<submit/>")
+            if output is not None:
+                env.save_logs(output / task.id)
             results[task.id] = {"reward": reward, "rewards": info["rewards"]}
             named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
+            last = last_error_line(info["verifier"]["output"]) if reward <= 0 else ""
+            why += f" (verifier: {last})" if last else ""
             print(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:
         env.close()

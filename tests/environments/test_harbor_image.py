@@ -75,7 +75,7 @@ def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProc
 
 def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
     done = skyrl_eval("oracle", cookbook, cache)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
     lines = done.stdout.splitlines()
     assert "simple-task: reward 1 [reward=1]" in lines
     assert "multi-reward: reward 1 [correctness=1, performance=1]" in lines
@@ -87,8 +87,9 @@ def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
         "BlockHandler).serve_forever())"
     )
     noop = skyrl_eval("noop", cookbook, cache)
-    assert "simple-task: reward 0 [reward=0]" in noop.stdout.splitlines()
-    assert "multi-reward: reward 0 [correctness=0, performance=0]" in noop.stdout.splitlines()
+    zeros = [ln for ln in noop.stdout.splitlines() if " (verifier: " in ln]
+    assert zeros[0].startswith("multi-reward: reward 0 [correctness=0, performance=0] ("), zeros
+    assert zeros[1].startswith("simple-task: reward 0 [reward=0] (verifier: "), zeros
 
 
 @pytest.mark.parametrize("name", ["simple-task", "multi-reward"])
@@ -362,6 +363,7 @@ def test_a_task_that_cannot_load_is_skipped_and_the_folder_still_runs(tmp_path, 
     skipped = [ln for ln in lines if ln.startswith("stepped: not run")]
     assert len(skipped) == 1 and "multi-step" in skipped[0] and skipped[0].endswith("."), lines
     assert "1 tasks run, 1 not run" in lines[-1]
+    assert done.returncode == 1 and "1 of 2 tasks did not run" in done.stderr, done.stderr
 
 
 def test_copy_with_a_wildcard_and_the_usual_var_log(tmp_path, cache):
@@ -390,6 +392,79 @@ def test_copy_with_a_wildcard_and_the_usual_var_log(tmp_path, cache):
         assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]
     finally:
         env.close()
+
+
+def test_preflight_reasons_are_whole(tmp_path, cache):
+    """A failing RUN longer than 120 characters, with a long last error line: the pre-flight
+    line holds the whole step and the whole error (before, both were cut short)."""
+    error = "E: " + " ".join(f"word{i}" for i in range(60)) + " the real cause"
+    step = "RUN " + " && ".join(f"true step{i}" for i in range(12)) + f" && echo '{error}' >&2"
+    step += " && exit 3"
+    make_task(tmp_path / "t", f"FROM debian\nWORKDIR /app\n{step}\n", "#!/bin/bash\n")
+    line = harbor.preflight_line("t", harbor.image(tmp_path / "t"))
+    assert line is not None and step in line and error in line, line
+
+
+def test_a_zero_has_a_reason_and_tasks_not_run_fail_the_command(tmp_path, cache):
+    """`--output OUT` keeps each task's logs (the oracle's output, the verifier's stdout and
+    the reward file); a 0 shows the verifier's last error line; tasks that did not run make
+    the command exit 1 and are counted."""
+    tasks = tmp_path / "tasks"
+    good = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
+    make_task(tasks / "good", "FROM debian\nWORKDIR /app\n", good)
+    (tasks / "good" / "solution" / "solve.sh").write_text("echo solving; echo 7 > /app/out\n")
+    failing = (
+        "#!/bin/bash\necho collecting\n"
+        "python3 -c 'raise AssertionError(\"wanted 7 in /app/out\")'\n"
+        "echo 0 > /logs/verifier/reward.txt\necho done\n"
+    )
+    make_task(tasks / "zero", "FROM debian\nWORKDIR /app\n", failing)
+    make_task(tasks / "broken", "FROM debian\nWORKDIR /app\nRUN exit 4\n", good)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "eval", "--env", "shell", "--agent", "oracle"]
+    done = subprocess.run(
+        [*cmd, "--tasks", str(tasks), "--output", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "SKYRL_HARBOR_CACHE": str(cache)},
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "1 of 3 tasks did not run" in done.stderr, done.stderr
+    assert "good: reward 1 [reward=1]" in lines, lines
+    zero = next(ln for ln in lines if ln.startswith("zero: reward 0"))
+    assert "AssertionError: wanted 7 in /app/out" in zero, zero
+    assert (out / "good" / "verifier" / "reward.txt").read_text().strip() == "1"
+    assert "solving" in (out / "good" / "agent" / "oracle.txt").read_text()
+    log = (out / "zero" / "verifier" / "test-stdout.txt").read_text()
+    assert "collecting" in log and "wanted 7" in log and "done" in log, log
+    assert not (out / "broken").exists() or not (out / "broken" / "verifier").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root drops the sandbox to another uid")
+def test_a_cache_the_sandbox_cannot_enter_is_named_with_the_fix(tmp_path):
+    """SKYRL_HARBOR_CACHE inside a 0700 folder the sandbox's uid does not own: one sentence
+    naming that folder and the fix (before: 'the sandboxed bash did not start')."""
+    private = Path(tempfile.mkdtemp(prefix="skyrl-private-"))
+    private.chmod(0o700)
+    task = make_task(tmp_path / "t", "FROM debian\nWORKDIR /app\n", "#!/bin/bash\n")
+    old = os.environ.get("SKYRL_HARBOR_CACHE")
+    os.environ["SKYRL_HARBOR_CACHE"] = str(private / "cache")
+    harbor._built.cache_clear()
+    env = ShellEnv(timeout_s=20)
+    try:
+        with pytest.raises(ValueError) as caught:
+            env.reset(options={"task": task})
+        message = str(caught.value)
+        assert str(private) in message and "SKYRL_HARBOR_CACHE" in message, message
+        assert "chmod" in message and "\n" not in message, message
+    finally:
+        env.close()
+        if old is None:
+            os.environ.pop("SKYRL_HARBOR_CACHE", None)
+        else:
+            os.environ["SKYRL_HARBOR_CACHE"] = old
+        harbor._built.cache_clear()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
