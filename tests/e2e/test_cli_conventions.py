@@ -127,3 +127,20 @@ def test_runs_and_watch_once_agree_when_there_are_no_runs(tmp_path: Path) -> Non
     said = (runs.stdout + runs.stderr).strip().lower()
     assert said == (once.stdout + once.stderr).strip().lower()
     assert "no runs" in said
+
+
+def test_readme_first_screen_says_what_happens() -> None:
+    """Issue 36: the first 40 lines hold the two commands, an excerpt of what `make train`
+    prints (an accuracy line) with the expected results and time; measured history (dates,
+    load averages) lives in docs/, not in the README."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    first = "\n".join(readme.splitlines()[:40])
+    assert "make train" in first and "make test" in first
+    assert re.search(r"^dev accuracy before training: [\d.]+% \(\d+ tasks\)$", first, re.M), (
+        "the first screen shows a real accuracy line of `make train`"
+    )
+    for words in ("after the warm-up", "after training"):
+        assert words in first, f"the first screen says what the accuracy is {words}"
+    assert re.search(r"about \d+ minutes", first), "the first screen states the expected time"
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", readme), "a date in the README"
+    assert not re.search(r"\bload (average|~?\d)", readme), "a load average in the README"
