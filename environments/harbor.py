@@ -54,7 +54,7 @@ from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
 
-BUILD_VERSION = "3"
+BUILD_VERSION = "4"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -67,6 +67,12 @@ PROBE_S = 1.5
 """How long the ENTRYPOINT probe lets the entrypoint run before its command exits."""
 MAX_CONTEXT_BYTES = 64 * 1024 * 1024
 _PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]+\])?)==([0-9][\w.+!-]*)")
+_OFFLINE = re.compile(
+    r"No matching distribution|Could not resolve|Temporary failure in name resolution|"
+    r"Network is unreachable|Failed to establish a new connection|Could not fetch URL|"
+    r"ERR! network|Failed to fetch|dial tcp|getaddrinfo"
+)
+"""What a download that found no network says (pip, apt, npm, go, curl)."""
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
 
 
@@ -81,6 +87,16 @@ def cache_root() -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise ValueError(f"the Harbor cache {root} is not a folder of ours that only we may write")
     root.chmod(0o755)
+    if os.geteuid() == 0:  # sandboxes run as uids of their own, which own none of its parents
+        shut = next((p for p in root.resolve().parents if not p.stat().st_mode & 0o001), None)
+        if shut is not None:
+            raise ValueError(
+                f"the Harbor cache {root} is inside {shut} (mode "
+                f"{stat.S_IMODE(shut.stat().st_mode):04o}), which the sandbox's user cannot "
+                f"enter: set SKYRL_HARBOR_CACHE to a folder outside it (the default, "
+                f"{Path(tempfile.gettempdir()) / 'skyrl-harbor-<uid>'}, works) or let others "
+                f"enter it (chmod o+x {shut})"
+            )
     return root
 
 
@@ -260,6 +276,7 @@ class Layout:
         shutil.copytree(self.image.layer, self.root, symlinks=True)
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
+        usual_dirs(self.root)
         chown_tree(sb.workdir, sb.uid)
         sb.mount_workdir = False
         sb.view = [*layer_view(self.root), *own_hosts(sb), *kit_view()]
@@ -307,6 +324,22 @@ class Layout:
         return _safe_target(self.root, inner)
 
 
+USUAL_VAR = ("log", "tmp", "cache", "lib", "spool", "mail", "opt", "backups", "local")
+"""`/var`'s folders in a Debian image: the layer has them, so `/var` is the image's (bound
+from the layer, writable), not a host folder; `/var/run` and `/var/lock` stay links to /run."""
+
+
+def usual_dirs(root: Path) -> None:
+    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all), as an image
+    does; folders a build made already are kept."""
+    var = _safe_target(root, "/var")
+    for name in USUAL_VAR:
+        _safe_target(root, f"/var/{name}").mkdir(parents=True, exist_ok=True)
+    for name, target in (("run", "/run"), ("lock", "/run/lock")):
+        if not os.path.lexists(var / name):
+            os.symlink(target, var / name)
+
+
 def own_hosts(sandbox: Sandbox) -> list[str]:
     """A writable /etc/hosts of the sandbox's own, as Docker gives each container."""
     hosts = sandbox.workdir / "hosts"
@@ -324,7 +357,22 @@ def episode_env(image: Image) -> dict[str, str]:
     env |= {"UV_OFFLINE": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": f"{KIT}/wheels"}
     env |= {"UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON": "/usr/bin/python3"}
     env["SKYRL_UV_DIR"] = f"{KIT}/uv"
+    env |= pip_env()
     return env
+
+
+def pip_env() -> dict[str, str]:
+    """pip's own configuration (its `PIP_*` variables) for the same offline kit as uv: a
+    verifier's `pip install pytest==X` finds the pinned wheel with no index. PEP 668's refusal
+    is off, as in the official python images most such tasks start from (the host's Debian
+    python stands for them); a read-only system site makes pip install to the user's."""
+    return {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": f"{KIT}/wheels",
+        "PIP_BREAK_SYSTEM_PACKAGES": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
+    }
 
 
 # ---------------------------------------------------------------------------- offline kit
@@ -485,15 +533,26 @@ def _copy_step(
     *sources, dest = words
     dest_inner = dest if dest.startswith("/") else posixpath.join(workdir, dest)
     ctx = context.resolve()
+    matched: list[tuple[str, Path]] = []
     for source in sources:
         if re.match(r"^[a-z]+://", source):
             return f"fetches {source} from the network"
-        found = (ctx / source.lstrip("/")).resolve()
+        pattern = source.lstrip("/")
+        if not re.search(r"[*?[]", pattern):
+            matched.append((source, ctx / pattern))
+            continue
+        # Docker's wildcards (Go's filepath.Match): each match is a source of its own
+        hits = sorted(ctx.glob(pattern)) if pattern not in ("", ".") else []
+        if not hits:
+            return f"{source} matches no file in environment/"
+        matched += [(source, hit) for hit in hits]
+    for source, path in matched:
+        found = path.resolve()
         if not found.is_relative_to(ctx):
             return f"{source} is outside environment/ (the build context)"
         if not found.exists():
             return f"{source} is not in environment/"
-        into_dir = dest.endswith("/") or len(sources) > 1 or found.is_dir()
+        into_dir = dest.endswith("/") or len(matched) > 1 or found.is_dir()
         target_inner = (
             posixpath.join(dest_inner, found.name) if into_dir and found.is_file() else dest_inner
         )
@@ -554,7 +613,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
         image.problems.append(f"COPY: {too_big}")
         return image
     for word, args in _instructions(text):
-        step = f"{word} {args}"[:120]
+        step = f"{word} {args}"  # whole: a pre-flight reason is never cut
         if word == "WORKDIR":
             image.workdir = posixpath.normpath(
                 posixpath.join(image.workdir, _expand(args, variables))
@@ -569,7 +628,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
             try:
                 why = _copy_step(args, {**variables, **image.env}, context, root, image.workdir)
             except (OSError, ValueError, shutil.Error) as e:
-                why = str(e)[:200]
+                why = str(e)
             if why:
                 image.problems.append(f"{step}: {why}")
         elif word == "RUN":
@@ -603,6 +662,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
 def _prepare_run(sandbox: Sandbox, root: Path, image: Image) -> None:
     for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
+    usual_dirs(root)
     chown_tree(root, sandbox.uid)
     sandbox.view = [*layer_view(root), *own_hosts(sandbox), *kit_view()]
     sandbox.inner_workdir = image.workdir
@@ -617,8 +677,16 @@ def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | No
     sandbox.kill_all()
     if result.returncode == 0:
         return None
-    out = (result.stderr.strip() or result.stdout.strip()).splitlines() or [""]
-    return f"failed here (exit {result.returncode}): {out[-1][:200]}"
+    text = result.stderr.strip() or result.stdout.strip()
+    last = text.splitlines()[-1].strip() if text else ""
+    why = (
+        f"failed here (exit {result.returncode}): {last}"
+        if last
+        else (f"failed here (exit {result.returncode}, no output)")
+    )
+    if _OFFLINE.search(f"{result.stdout}\n{result.stderr}"):
+        why += " (the build sandbox has no network, so nothing can be downloaded at build time)"
+    return why
 
 
 def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
@@ -635,7 +703,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     errors = [ln for ln in text.splitlines() if re.search(r"Error|error:|denied|not found", ln)]
     if result.returncode != 0 or errors:
         why = errors[-1].strip() if errors else f"exit {result.returncode}"
-        return f"fails here: {why[:200]}{_culprit(text)}"
+        return f"fails here: {why}{_culprit(text)}"
     return None
 
 
@@ -652,7 +720,7 @@ def _culprit(text: str) -> str:
     if not frames:
         return ""
     path, number, code = frames[-1]
-    return f" (at {path} line {number}: {code[:120]})"
+    return f" (at {path} line {number}: {code})"
 
 
 @functools.cache

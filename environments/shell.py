@@ -35,8 +35,10 @@ mean); `info["rewards"]` has them all. No reward file, or an invalid one, scores
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,8 @@ VERIFIER_DISK_MB = 256
 """Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
 VERIFIER = "/tests/test.sh"
 VERIFIER_LOG = "/logs/verifier/test-stdout.txt"
+MAX_LOG_BYTES = 16 * 1024 * 1024
+"""What `save_logs` keeps of one log file (the rest is cut off)."""
 
 
 def _unfinished(returncode: int | None, timed_out: bool, limit: float) -> str | None:
@@ -181,9 +185,7 @@ class ShellEnv(gym.Env):
             self._sandbox = sandbox
         except (OSError, ValueError, shutil.Error, subprocess.SubprocessError) as e:
             self.close()
-            raise ValueError(
-                f"task {task.id!r}: its image could not be laid out ({str(e)[:300]})"
-            ) from None
+            raise ValueError(f"task {task.id!r}: its image could not be laid out ({e})") from None
         self._bash = Bash(sandbox, self.limits)
         self._task, self._turns_left = task, self.max_turns
         shell = intro(sandbox, self.limits, "the task's files")  # the image's WORKDIR
@@ -289,6 +291,30 @@ class ShellEnv(gym.Env):
             view=layout.private("solution", solution),
         )
         return {"returncode": result.returncode, "timed_out": result.timed_out}
+
+    def save_logs(self, dest: Path) -> None:
+        """Copy the episode's `/logs` (the oracle's output in `agent/`, the verifier's stdout
+        and reward files in `verifier/`) to `dest`, after grading and before the next reset.
+        The files are the task's: only regular ones are copied, never through a link, each up
+        to `MAX_LOG_BYTES`. A container backend keeps none here."""
+        if not isinstance(self._layout, harbor.Layout):
+            return
+        logs = self._layout.collect("/logs")
+        for folder, dirs, files in os.walk(logs):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            for name in files:
+                source = Path(folder) / name
+                try:
+                    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:  # a link, a FIFO the task left: not a log
+                    continue
+                with os.fdopen(fd, "rb") as f:
+                    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                        continue
+                    data = f.read(MAX_LOG_BYTES)
+                target = dest / source.relative_to(logs)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
 
     def close(self) -> None:
         """Kill every process of the episode and remove its work dir."""

@@ -6,11 +6,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
 from skyrl_cli.errors import fail
+
+T = TypeVar("T")
 
 EXAMPLES = """
 \b
@@ -135,7 +137,14 @@ def eval_(
 
         sets = dict(s.split("=", 1) for s in (set_ or []) if s.startswith("env.kwargs."))
         kwargs = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
-        _guarded(lambda: run_reference_agent(agent, harbor_tasks(tasks, split), kwargs))
+        summary = _guarded(
+            lambda: run_reference_agent(agent, *harbor_tasks(tasks, split), kwargs, output)
+        )
+        not_run = [k for k, v in summary["results"].items() if v["reward"] is None]
+        if not_run:  # a task that did not run is never a quiet 0
+            total = len(summary["results"])
+            print(f"{len(not_run)} of {total} tasks did not run (see above)", file=sys.stderr)
+            raise typer.Exit(1)
         return
     if model is None:
         fail(
@@ -155,10 +164,10 @@ def eval_(
 eval_.__doc__ = (eval_.__doc__ or "") + "\n" + EXAMPLES
 
 
-def _guarded(job: Callable[[], object]) -> None:
+def _guarded(job: Callable[[], T]) -> T:
     """Run the evaluation: bad input is one sentence (exit 2), a crash one line (exit 1)."""
     try:
-        job()
+        return job()
     except KeyboardInterrupt:
         print("\nstopped", file=sys.stderr)
         raise typer.Exit(130) from None

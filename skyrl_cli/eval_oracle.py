@@ -9,29 +9,55 @@ before any episode runs, and counted as not run (never as a silent 0).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 AGENTS = ("oracle", "noop")
+_ERROR_LINE = re.compile(r"error|fail|No module named|not found|denied|assert", re.IGNORECASE)
 
 
-def harbor_tasks(tasks: Path | None, split: str | None) -> list[Any]:
-    """The bundled split, or the Harbor folder(s) at `tasks` (a task, or a folder of them)."""
+def last_error_line(output: str) -> str:
+    """The verifier's last line that reads as an error, else its last line ('' for none)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    return next(
+        (ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1] if lines else ""
+    )
+
+
+def harbor_tasks(tasks: Path | None, split: str | None) -> tuple[list[Any], dict[str, str]]:
+    """The bundled split, or the Harbor folder(s) at `tasks` (a task, or a folder of them),
+    and the folders of a folder that cannot load (name -> why): those are skipped, reported
+    and counted as not run, and the rest of the folder still runs."""
     from tasks.harbor import load_harbor_task, load_suite
 
     if tasks is None:
-        return load_suite(split or "dev")
+        return load_suite(split or "dev"), {}
     if (tasks / "task.toml").is_file():
-        return [load_harbor_task(tasks)]
+        return [load_harbor_task(tasks)], {}
     if tasks.is_dir():
         found = sorted(p for p in tasks.iterdir() if (p / "task.toml").is_file())
+        loaded, skipped = [], {}
+        for folder in found:
+            try:
+                loaded.append(load_harbor_task(folder))
+            except ValueError as e:
+                skipped[folder.name] = str(e)
         if found:
-            return [load_harbor_task(p) for p in found]
+            return loaded, skipped
     raise ValueError(f"--tasks {tasks} is neither a Harbor task folder nor a folder of them")
 
 
-def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> dict[str, Any]:
-    """Run `agent` on each task; print the pre-flight lines, one line per task, the total."""
+def run_reference_agent(
+    agent: str,
+    tasks: list[Any],
+    skipped: dict[str, str],
+    sets: dict[str, Any],
+    output: Path | None = None,
+) -> dict[str, Any]:
+    """Run `agent` on each task; print the pre-flight lines, one line per task (`skipped`:
+    tasks that could not load, name -> why; a 0 with the verifier's last error line), the
+    total. `output`: each task's `/logs` (agent/, verifier/) kept under `output/<task>/`."""
     from environments import harbor
     from environments.registry import BUILTINS
     from environments.shell import ShellEnv
@@ -39,6 +65,10 @@ def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> d
     if agent not in AGENTS:
         raise ValueError(f"unknown --agent {agent!r} for --env shell; known: {', '.join(AGENTS)}")
     blocked = {}
+    results: dict[str, Any] = {}
+    for name, why in skipped.items():
+        results[name] = {"reward": None, "not_run": why}
+        print(f"{name}: not run ({why}).")
     for task in tasks:
         line = harbor.preflight_line(task.id, harbor.image(Path(task.metadata["task_dir"])))
         if line is not None:
@@ -46,7 +76,6 @@ def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> d
             print(f"pre-flight: {line}")
     BUILTINS["shell"].check(sets)  # env.kwargs as train checks them: one sentence, no traceback
     env = ShellEnv(**sets)
-    results: dict[str, Any] = {}
     try:
         for task in tasks:
             if task.id in blocked:
@@ -57,13 +86,19 @@ def run_reference_agent(agent: str, tasks: list[Any], sets: dict[str, Any]) -> d
             if agent == "oracle":
                 env.run_oracle()
             _, reward, _, _, info = env.step("<submit/>")
+            if output is not None:
+                env.save_logs(output / task.id)
             results[task.id] = {"reward": reward, "rewards": info["rewards"]}
             named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
+            last = last_error_line(info["verifier"]["output"]) if reward <= 0 else ""
+            why += f" (verifier: {last})" if last else ""
             print(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:
         env.close()
     ran = [r["reward"] for r in results.values() if r["reward"] is not None]
     mean = sum(ran) / len(ran) if ran else 0.0
-    print(f"{agent}: mean reward {mean:.3f} over {len(ran)} tasks run, {len(blocked)} not run")
+    print(
+        f"{agent}: mean reward {mean:.3f} over {len(ran)} tasks run, {len(results) - len(ran)} not run"
+    )
     return {"agent": agent, "results": results, "mean_reward": mean}

@@ -160,6 +160,11 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     if not task_dir.is_dir():
         raise ValueError(f"Harbor task folder {task_dir} does not exist")
     check_links(task_dir)
+    if _multi_step(task_dir / "task.toml"):
+        raise ValueError(
+            f"Harbor task {task_dir} is a multi-step task ([[steps]] in task.toml, "
+            "steps/*/instruction.md), which skyrl does not run yet"
+        )
     instruction_path = task_dir / "instruction.md"
     if not instruction_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no instruction.md")
@@ -193,6 +198,15 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
             **{f"{name}_env": env for name, env in envs.items() if env},
         },
     )
+
+
+def _multi_step(toml_path: Path) -> bool:
+    """True for Harbor's multi-step format: `[[steps]]` tables in a task.toml that parses."""
+    try:
+        config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # a missing or broken task.toml is reported by the checks that follow
+    return isinstance(config.get("steps"), list) and bool(config["steps"])
 
 
 Settings = tuple[dict[str, Any], list[str], float | None, float | None, dict[str, dict[str, str]]]

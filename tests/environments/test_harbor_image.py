@@ -75,7 +75,7 @@ def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProc
 
 def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
     done = skyrl_eval("oracle", cookbook, cache)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
     lines = done.stdout.splitlines()
     assert "simple-task: reward 1 [reward=1]" in lines
     assert "multi-reward: reward 1 [correctness=1, performance=1]" in lines
@@ -87,8 +87,9 @@ def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
         "BlockHandler).serve_forever())"
     )
     noop = skyrl_eval("noop", cookbook, cache)
-    assert "simple-task: reward 0 [reward=0]" in noop.stdout.splitlines()
-    assert "multi-reward: reward 0 [correctness=0, performance=0]" in noop.stdout.splitlines()
+    zeros = [ln for ln in noop.stdout.splitlines() if " (verifier: " in ln]
+    assert zeros[0].startswith("multi-reward: reward 0 [correctness=0, performance=0] ("), zeros
+    assert zeros[1].startswith("simple-task: reward 0 [reward=0] (verifier: "), zeros
 
 
 @pytest.mark.parametrize("name", ["simple-task", "multi-reward"])
@@ -309,6 +310,161 @@ def test_the_verifier_preamble_runs_offline(tmp_path, cache):
             assert "1 passed" in info["verifier"]["output"] or not done
     finally:
         env.close()
+
+
+PIP_TEST = """#!/bin/bash
+python3 -m pip install pytest==8.4.1 || true
+python3 -m pytest /tests/test_state.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+
+
+def test_a_verifier_that_pip_installs_its_tools_runs_offline(tmp_path, cache):
+    """A verifier that installs pytest with pip at verify time (as many Terminal-Bench tasks
+    do) gets the pinned wheel from the offline kit through pip's own configuration: the
+    oracle scores 1 and noop 0, never a silent 0 from `No module named pytest`."""
+    task = make_task(tmp_path / "t", "FROM python:3.12-slim\nWORKDIR /app\n", PIP_TEST)
+    (tmp_path / "t" / "tests" / "test_state.py").write_text(
+        "from pathlib import Path\n\ndef test_hello():\n"
+        "    assert Path('/app/out').read_text().strip() == '7'\n"
+    )
+    env = ShellEnv(timeout_s=20)
+    try:
+        for done, want in ((True, 1.0), (False, 0.0)):
+            env.reset(options={"task": task})
+            if done:
+                env.step("<bash>echo 7 > out</bash>")
+            _, reward, _, _, info = env.step("<submit/>")
+            output = info["verifier"]["output"]
+            assert "No module named pytest" not in output, output
+            assert (reward, info["reward_error"]) == (want, None), output
+            assert ("1 passed" in output) == done, output
+    finally:
+        env.close()
+
+
+def test_a_task_that_cannot_load_is_skipped_and_the_folder_still_runs(tmp_path, cache):
+    """A multi-step task (Harbor's `[[steps]]`, `steps/*/instruction.md`) beside a plain one:
+    the plain task runs and scores, the other is named in one sentence and counted as not
+    run (before, the whole folder stopped at load, exit 2, nothing run)."""
+    simple = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
+    make_task(tmp_path / "tasks" / "plain", "FROM debian\nWORKDIR /app\n", simple)
+    (tmp_path / "tasks" / "plain" / "solution" / "solve.sh").write_text("echo 7 > /app/out\n")
+    steps = tmp_path / "tasks" / "stepped"
+    make_task(steps, "FROM debian\nWORKDIR /app\n", simple)
+    (steps / "instruction.md").unlink()
+    (steps / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
+    for name in ("one", "two"):
+        (steps / "steps" / name).mkdir(parents=True)
+        (steps / "steps" / name / "instruction.md").write_text(f"Do step {name}.")
+    done = skyrl_eval("oracle", tmp_path / "tasks", cache)
+    lines = done.stdout.splitlines()
+    assert "plain: reward 1 [reward=1]" in lines, (done.stdout, done.stderr)
+    skipped = [ln for ln in lines if ln.startswith("stepped: not run")]
+    assert len(skipped) == 1 and "multi-step" in skipped[0] and skipped[0].endswith("."), lines
+    assert "1 tasks run, 1 not run" in lines[-1]
+    assert done.returncode == 1 and "1 of 2 tasks did not run" in done.stderr, done.stderr
+
+
+def test_copy_with_a_wildcard_and_the_usual_var_log(tmp_path, cache):
+    """`COPY *.py /app/` is Docker's (before: 'is not in environment/', the task blamed);
+    `/var/log` exists and is writable, at build time and in the episode, as in an image."""
+    dockerfile = (
+        "FROM python:3.12-slim\nWORKDIR /app\nCOPY *.py /app/\nCOPY conf/*.ini ./conf/\n"
+        "RUN echo built >> /var/log/build.log\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        "[ -f /app/a.py ] && [ -f /app/b.py ] && [ -f /app/conf/x.ini ] || ok=0\n"
+        "[ ! -e /app/notes.txt ] && [ ! -e /app/c.txt ] || ok=0\n"
+        '[ "$(cat /var/log/build.log)" = built ] || ok=0\n'
+        '[ "$(cat /var/log/agent.log)" = 7 ] || ok=0\n'
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    files = {"a.py": "", "b.py": "", "notes.txt": "", "conf/x.ini": "", "conf/c.txt": ""}
+    task = make_task(tmp_path / "t", dockerfile, test_sh, files)
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        assert env.step("<bash>echo 7 > /var/log/agent.log</bash>")[0].startswith("[exit code: 0]")
+        _, reward, _, _, info = env.step("<submit/>")
+        assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]
+    finally:
+        env.close()
+
+
+def test_preflight_reasons_are_whole(tmp_path, cache):
+    """A failing RUN longer than 120 characters, with a long last error line: the pre-flight
+    line holds the whole step and the whole error (before, both were cut short)."""
+    error = "E: " + " ".join(f"word{i}" for i in range(60)) + " the real cause"
+    step = "RUN " + " && ".join(f"true step{i}" for i in range(12)) + f" && echo '{error}' >&2"
+    step += " && exit 3"
+    make_task(tmp_path / "t", f"FROM debian\nWORKDIR /app\n{step}\n", "#!/bin/bash\n")
+    line = harbor.preflight_line("t", harbor.image(tmp_path / "t"))
+    assert line is not None and step in line and error in line, line
+
+
+def test_a_zero_has_a_reason_and_tasks_not_run_fail_the_command(tmp_path, cache):
+    """`--output OUT` keeps each task's logs (the oracle's output, the verifier's stdout and
+    the reward file); a 0 shows the verifier's last error line; tasks that did not run make
+    the command exit 1 and are counted."""
+    tasks = tmp_path / "tasks"
+    good = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
+    make_task(tasks / "good", "FROM debian\nWORKDIR /app\n", good)
+    (tasks / "good" / "solution" / "solve.sh").write_text("echo solving; echo 7 > /app/out\n")
+    failing = (
+        "#!/bin/bash\necho collecting\n"
+        "python3 -c 'raise AssertionError(\"wanted 7 in /app/out\")'\n"
+        "echo 0 > /logs/verifier/reward.txt\necho done\n"
+    )
+    make_task(tasks / "zero", "FROM debian\nWORKDIR /app\n", failing)
+    make_task(tasks / "broken", "FROM debian\nWORKDIR /app\nRUN exit 4\n", good)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "eval", "--env", "shell", "--agent", "oracle"]
+    done = subprocess.run(
+        [*cmd, "--tasks", str(tasks), "--output", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "SKYRL_HARBOR_CACHE": str(cache)},
+    )  # fmt: skip # arguments grouped by meaning, as a reader scans them
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "1 of 3 tasks did not run" in done.stderr, done.stderr
+    assert "good: reward 1 [reward=1]" in lines, lines
+    zero = next(ln for ln in lines if ln.startswith("zero: reward 0"))
+    assert "AssertionError: wanted 7 in /app/out" in zero, zero
+    assert (out / "good" / "verifier" / "reward.txt").read_text().strip() == "1"
+    assert "solving" in (out / "good" / "agent" / "oracle.txt").read_text()
+    log = (out / "zero" / "verifier" / "test-stdout.txt").read_text()
+    assert "collecting" in log and "wanted 7" in log and "done" in log, log
+    assert not (out / "broken").exists() or not (out / "broken" / "verifier").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root drops the sandbox to another uid")
+def test_a_cache_the_sandbox_cannot_enter_is_named_with_the_fix(tmp_path):
+    """SKYRL_HARBOR_CACHE inside a 0700 folder the sandbox's uid does not own: one sentence
+    naming that folder and the fix (before: 'the sandboxed bash did not start')."""
+    private = Path(tempfile.mkdtemp(prefix="skyrl-private-"))
+    private.chmod(0o700)
+    task = make_task(tmp_path / "t", "FROM debian\nWORKDIR /app\n", "#!/bin/bash\n")
+    old = os.environ.get("SKYRL_HARBOR_CACHE")
+    os.environ["SKYRL_HARBOR_CACHE"] = str(private / "cache")
+    harbor._built.cache_clear()
+    env = ShellEnv(timeout_s=20)
+    try:
+        with pytest.raises(ValueError) as caught:
+            env.reset(options={"task": task})
+        message = str(caught.value)
+        assert str(private) in message and "SKYRL_HARBOR_CACHE" in message, message
+        assert "chmod" in message and "\n" not in message, message
+    finally:
+        env.close()
+        if old is None:
+            os.environ.pop("SKYRL_HARBOR_CACHE", None)
+        else:
+            os.environ["SKYRL_HARBOR_CACHE"] = old
+        harbor._built.cache_clear()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
