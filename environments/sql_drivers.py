@@ -308,8 +308,18 @@ class PostgresDriver:
         from environments.sql_guard import QueryError
 
         conn = self.conn
-        # One deadline for the whole read: statement_timeout restarts at every FETCH.
-        watchdog = threading.Timer(time_limit_s, conn.cancel_safe)
+        # One deadline for the whole read: statement_timeout restarts at every FETCH. The
+        # watchdog may fire just as the statement_timeout ends the query; the lock and flag
+        # keep its cancel from landing on what this connection runs next (the next episode).
+        finished = threading.Event()
+        stopping = threading.Lock()
+
+        def stop() -> None:
+            with stopping:
+                if not finished.is_set():
+                    conn.cancel_safe()
+
+        watchdog = threading.Timer(time_limit_s, stop)
         deadline = time.monotonic() + time_limit_s
         watchdog.start()
         try:
@@ -342,6 +352,8 @@ class PostgresDriver:
             raise QueryError(f"postgresql error: {text}") from None
         finally:
             watchdog.cancel()
+            with stopping:  # a cancel under way is delivered before the rollback, none after
+                finished.set()
             try:
                 conn.execute("ROLLBACK")
                 conn.execute("DISCARD ALL")  # session locks, prepared plans, settings
