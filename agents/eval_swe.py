@@ -27,10 +27,13 @@ from typing import Any
 
 from agents.eval_env import Policy, note
 from environments.swe_harness import GradeResult, grade, prediction, report
+from environments.swe_official import BuildOptions
 from tasks.swe.suites import load_suite, reachable, select
 
 AGENTS = ("shell", "gold", "empty")
 RESULT_FIELDS = ("instance_id", "model_patch", "resolved", "empty_patch", "patch_applied", "error")
+EXTRA_FIELDS = ("python_specified", "python_used", "python_mismatch", "note", "env_build_s",
+                "test_s", "duration_s")  # fmt: skip # one list of names
 
 Record = Callable[..., None]
 """Saves one finished instance: `record(result, trajectory=None)` (from any worker thread)."""
@@ -53,6 +56,21 @@ class SweEvalOptions:
     max_new_tokens: int = 384
     max_total_tokens: int = 8192
     seed: int = 0
+    sample: int | None = None
+    build_network: bool = False
+    pip_index: str | None = None
+    pip_find_links: Path | None = None
+    test_network: bool = False
+    backend: str = "local"
+
+    def build(self) -> BuildOptions:
+        """What official environment builds and test runs may use (flags over env vars)."""
+        return BuildOptions.from_env(
+            network=self.build_network or None,
+            index_url=self.pip_index,
+            find_links=str(self.pip_find_links.resolve()) if self.pip_find_links else None,
+            test_network=self.test_network or None,
+        )
 
 
 _repo_locks: dict[str, threading.Lock] = {}
@@ -100,7 +118,13 @@ def run_swe_eval(
     if opts.agent == "shell" and opts.model is None:
         raise ValueError("--agent shell needs --model (or use --agent gold / --agent empty)")
     suite_name = Path(opts.suite).stem if Path(opts.suite).is_file() else opts.suite
-    instances = select(load_suite(opts.suite), opts.instances, opts.slice)
+    instances = select(load_suite(opts.suite), opts.instances, opts.slice, opts.sample, opts.seed)
+    if opts.backend == "docker":
+        from environments.swe_docker import docker_missing
+
+        why = docker_missing()
+        if why:
+            raise ValueError(why)
     repos = opts.repos
     if repos is None:
         from tasks.cache import cache_dir
@@ -121,13 +145,15 @@ def run_swe_eval(
     if opts.agent == "shell":
         run_shell_agent(opts, todo, repos, saver, policy_for)
     else:
-        run_patch_agent(opts.agent, todo, repos, opts.workers, saver)
+        run_patch_agent(opts.agent, todo, repos, opts.workers, saver, opts.build(), opts.backend)
     wall = time.time() - start
     results = finished(out)
     graded = [results[str(i["instance_id"])] for i in instances if str(i["instance_id"]) in results]
     preds = [prediction(r.instance_id, model_name, r.model_patch) for r in graded]
     (out / "predictions.jsonl").write_text("".join(json.dumps(p) + "\n" for p in preds))
     rep = report(graded, instances)
+    if any(r.python_specified for r in graded):  # official rows: which ran on another Python
+        rep["python_mismatch_ids"] = sorted(r.instance_id for r in graded if r.python_mismatch)
     rep.update(
         suite=suite_name,
         agent=opts.agent,
@@ -163,7 +189,9 @@ def finished(out: Path) -> dict[str, GradeResult]:
         except (OSError, json.JSONDecodeError):
             continue  # torn by a crash: the instance runs again
         results[rec["instance_id"]] = GradeResult(
-            **{k: rec[k] for k in RESULT_FIELDS}, tests_status=rec.get("tests_status") or {}
+            **{k: rec[k] for k in RESULT_FIELDS},
+            **{k: rec[k] for k in EXTRA_FIELDS if k in rec},
+            tests_status=rec.get("tests_status") or {},
         )
     return results
 
@@ -180,9 +208,12 @@ def save_result(out: Path, result: GradeResult, trajectory: dict[str, Any] | Non
     logs.mkdir(parents=True, exist_ok=True)
     (logs / "patch.diff").write_text(result.model_patch, encoding="utf-8")
     (logs / "test_output.txt").write_text(result.log, encoding="utf-8")
+    if result.build_log:
+        (logs / "env_build.txt").write_text(result.build_log, encoding="utf-8")
     if trajectory is not None:
         (logs / "trajectory.json").write_text(json.dumps(trajectory, indent=1), encoding="utf-8")
-    rec = {k: v for k, v in asdict(result).items() if k not in ("log", "workdir", "test_results")}
+    skip = ("log", "build_log", "workdir", "test_results")
+    rec = {k: v for k, v in asdict(result).items() if k not in skip}
     rec["report"] = result.to_report()
     tmp = logs / ".result.json.tmp"
     tmp.write_text(json.dumps(rec, indent=1), encoding="utf-8")
@@ -195,16 +226,25 @@ def run_patch_agent(
     repos: Path,
     workers: int,
     save: Callable[[GradeResult], None],
+    build: BuildOptions | None = None,
+    backend: str = "local",
 ) -> None:
     """gold / empty: grade the instance's own patch, or none, `workers` at a time."""
 
     def one(inst: dict[str, Any]) -> None:
         iid = str(inst["instance_id"])
         try:
-            why = ensure_repo(repos, str(inst["repo"]))
             patch = str(inst["patch"]) if agent == "gold" else ""
+            if backend == "docker":
+                from environments.swe_docker import grade_docker
+
+                save(grade_docker(inst, patch))
+                return
+            why = ensure_repo(repos, str(inst["repo"]))
             result = (
-                GradeResult(iid, patch, error=why) if why else grade(inst, patch, repos_dir=repos)
+                GradeResult(iid, patch, error=why)
+                if why
+                else grade(inst, patch, repos_dir=repos, build=build)
             )
         except Exception as e:  # noqa: BLE001 - one instance's crash is its own error
             result = GradeResult(iid, "", error=f"{type(e).__name__}: {e}")

@@ -169,15 +169,23 @@ def _bwrap_has_size(bwrap: str) -> bool:
 
 
 @functools.cache
-def _system_binds() -> tuple[str, ...]:
-    """bwrap arguments that show SYSTEM_DIRS read-only (a symlink, /bin -> usr/bin, as one)."""
+def _system_binds(root: str = "/") -> tuple[str, ...]:
+    """bwrap arguments that show SYSTEM_DIRS of `root` (the host's `/`, or a root file
+    system such as `environments.rootfs` builds) read-only at their usual places; a
+    symlink, /bin -> usr/bin, stays one."""
     args: list[str] = []
     for folder in SYSTEM_DIRS:
-        if os.path.islink(folder):
-            args += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            args += ["--ro-bind", folder, folder]
+        src = os.path.join(root, folder.lstrip("/"))
+        if os.path.islink(src):
+            args += ["--symlink", os.readlink(src), folder]
+        elif os.path.isdir(src):
+            args += ["--ro-bind", src, folder]
     return tuple(args)
+
+
+HOST_TRUST = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl/certs/ca-certificates.crt")
+"""The host files a networked sandbox over another root sees (name service and the CA
+bundle the machine trusts), so a package index is reached as the host reaches it."""
 
 
 def _warn_fallback(reason: str) -> None:
@@ -539,6 +547,13 @@ class Sandbox:
         """Added to every command's clean environment (before a call's own `env`)."""
         self.entrypoint: list[str] = []
         """Put before every command line (a Docker ENTRYPOINT, run in each bwrap)."""
+        self.system_root: Path | None = None
+        """Under bwrap: the root file system whose system dirs (`/usr`, `/etc`, ...) the
+        commands see instead of the host's (a Debian release built by
+        `environments.rootfs`, for a Python the host lacks)."""
+        self.network = False
+        """Under bwrap: share the host's network (an env build reaching a package index).
+        Off, a sandbox has no network but its own loopback."""
         self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
         self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped
         self._finalizer = weakref.finalize(self, _State.close, self._state)
@@ -587,7 +602,12 @@ class Sandbox:
         if self.uid is not None:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
         if self.backend == "bwrap":
-            cmd += [BWRAP, *_system_binds(), "--dev", "/dev", "--proc", "/proc"]
+            root = str(self.system_root) if self.system_root is not None else "/"
+            cmd += [BWRAP, *_system_binds(root), "--dev", "/dev", "--proc", "/proc"]
+            if self.network and root != "/":
+                for f in HOST_TRUST:  # where both exist: a mount point cannot be made in /etc
+                    if os.path.exists(f) and os.path.exists(os.path.join(root, f.lstrip("/"))):
+                        cmd += ["--ro-bind", f, f]
             size = ["--size", str(lim.disk_mb * mb)] if _bwrap_has_size(BWRAP) else []
             # fresh, size-capped tmpfs for the usual writable places; a home inside a system
             # dir (/opt/x) is hidden too
@@ -605,6 +625,7 @@ class Sandbox:
                 cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += [*self.view, *(view or [])]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
+            cmd += ["--share-net"] if self.network else []
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}

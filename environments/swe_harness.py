@@ -77,8 +77,10 @@ from pathlib import Path
 from typing import Any
 
 from environments.sandbox import BACKEND_ENV, Limits, Sandbox, bwrap_available
+from environments.swe_official import BuildOptions
 from tasks.swe.build import attach_objects, diff_tree, git, run_git
 from tasks.swe.checks import check_instance, check_patch, check_relpath, safe_requirements
+from tasks.swe.official import OfficialUnavailable, Spec, spec_for
 from tasks.swe.testrun import (
     TEST_ENV,
     TestStatus,
@@ -136,6 +138,9 @@ class GradeResult:
     """Every test of the log -> PASSED, FAILED, ERROR, SKIPPED or XFAIL."""
     log: str = ""
     """What ran and what it printed: patch application and the pytest output."""
+    build_log: str = ""
+    """Official rows: how the environment was had (built now, with pip's output, or
+    cached) and the instance's set-up (the repository's install)."""
     duration_s: float = 0.0
     """Wall-clock seconds of the grading (the agent's time excluded)."""
     workdir: Path | None = None
@@ -144,6 +149,19 @@ class GradeResult:
     python_env: str | None = None
     """"cached" or "built": where the instance's Python env (`env_dir`) came from; None when
     grading stopped before the tests needed one."""
+    python_specified: str | None = None
+    """The Python version the official specification asks for (official rows only)."""
+    python_used: str | None = None
+    """The Python version the tests ran with."""
+    python_mismatch: str | None = None
+    """"3.9 specified, 3.11 used (why)" when no interpreter of the specified version could
+    be had; the outcome then says less than the official harness's would."""
+    note: str | None = None
+    """What else a reader of the outcome should know (the tests wanted the network)."""
+    env_build_s: float = 0.0
+    """Seconds spent getting the environment (building it, or 0 when cached)."""
+    test_s: float = 0.0
+    """Seconds of the instance's set-up and test run."""
 
     def to_report(self) -> dict[str, Any]:
         """The official per-instance `report.json` content."""
@@ -172,6 +190,7 @@ def grade(
     timeout_s: float = 300.0,
     sandboxed: bool = True,
     keep_workdir: bool = False,
+    build: BuildOptions | None = None,
 ) -> GradeResult:
     """Grade a model patch (or what `agent` does in the checkout) on one instance.
 
@@ -179,6 +198,8 @@ def grade(
     `tasks.swe.load_instances` returns). `repos_dir` holds `<owner>__<name>` repositories;
     None means the swe-bench-mini suite's (built if needed). `sandboxed=False` runs the tests
     in a plain subprocess of its own session (trusted patches only, e.g. gold patches).
+    A row with an official specification (`tasks.swe.official.spec_for`) is graded in its
+    official environment (`environments.swe_official`; `build` says what that may use).
     Never raises for a bad patch, an agent crash or a timeout: see `GradeResult.error`.
     """
     if (model_patch is None) == (agent is None):
@@ -190,8 +211,12 @@ def grade(
         check_patch(str(instance["test_patch"]), "the test_patch")
         for rel in _directives(str(instance["test_patch"])):  # pytest's arguments, our unlinks
             check_relpath(rel, "the test_patch", argument=True)
+        spec = spec_for(instance)
     except (ValueError, KeyError) as e:
         result.error = f"the instance is refused: {e}"
+        return result
+    except OfficialUnavailable as e:
+        result.error = str(e)
         return result
     if repos_dir is None:
         from tasks.swe import suite_repos_dir
@@ -223,10 +248,13 @@ def grade(
             except ValueError as e:
                 result.error = f"the model patch is refused: {e}"
                 return result
-            work = _Checkout(src, base, root)
-            env = _prepare_env(instance, work, root, result, log, sandboxed)
-            if env is not None:
-                _grade_checkout(instance, work, root, env, result, log, timeout_s, sandboxed)
+            if spec is not None:
+                _grade_official(instance, spec, src, root, result, log, timeout_s, build)
+            else:
+                work = _Checkout(src, base, root)
+                env = _prepare_env(instance, work, root, result, log, sandboxed)
+                if env is not None:
+                    _grade_checkout(instance, work, root, env, result, log, timeout_s, sandboxed)
         result.duration_s = time.monotonic() - start
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         result.error = f"the harness failed: {e}"
@@ -303,6 +331,141 @@ def _grade_checkout(
     result.resolved = all(
         not result.tests_status[key]["failure"] for key in ("FAIL_TO_PASS", "PASS_TO_PASS")
     )
+
+
+def _grade_official(
+    instance: dict[str, Any],
+    spec: Spec,
+    src: Path,
+    root: Path,
+    result: GradeResult,
+    log: list[str],
+    timeout_s: float,
+    build: BuildOptions | None,
+) -> None:
+    """A non-empty patch on an official row (`environments.swe_official`), in place."""
+
+    build = build or BuildOptions.from_env()
+    blog: list[str] = [f"specification: {spec.source}; python {spec.python}"]
+    try:
+        _official_grade(instance, spec, src, root, result, log, blog, timeout_s, build)
+    finally:
+        result.build_log = "\n".join(blog)
+
+
+def _official_grade(
+    instance: dict[str, Any],
+    spec: Spec,
+    src: Path,
+    root: Path,
+    result: GradeResult,
+    log: list[str],
+    blog: list[str],
+    timeout_s: float,
+    build: BuildOptions,
+) -> None:
+    from environments import swe_official as so
+    from tasks.swe.official import parser, test_directives
+
+    runtime = so.runtime_for(spec.python, build, blog)
+    result.python_specified, result.python_used = spec.python, runtime.version
+    result.python_mismatch = runtime.mismatch
+    start = time.monotonic()
+    try:
+        env, built = so.ensure_env(instance, spec, src, runtime, build, blog)
+    except so.SetupError as e:
+        result.error = str(e)
+        return
+    result.python_env = "built" if built else "cached"
+    if not built:
+        blog.append(f"environment: cached in {env} (its build log: {env / 'build.log'})")
+    result.env_build_s = time.monotonic() - start if built else 0.0
+    start = time.monotonic()
+    directives = test_directives(instance)
+    output, failure = _official_run(instance, spec, src, root / "run", env, runtime, build,
+                                    result.model_patch, directives, log, blog, timeout_s, result)  # fmt: skip # one call
+    result.test_s = time.monotonic() - start
+    if output is None:
+        return  # result.error says why
+    result.test_results = parser(instance, spec)(output)
+    if failure:
+        result.error = failure
+        return
+    expected = [*instance["FAIL_TO_PASS"], *instance["PASS_TO_PASS"]]
+    if expected and not any(t in result.test_results for t in expected):
+        # none of the graded tests ran: the model's fault only if they run without its patch
+        log.append("no graded test has a status; the tests run once more without the model patch")
+        base_out, _ = _official_run(instance, spec, src, root / "base", env, runtime, build,
+                                    None, directives, log, blog, timeout_s, result)  # fmt: skip # one call
+        base_results = parser(instance, spec)(base_out) if base_out is not None else {}
+        if not any(t in base_results for t in expected):
+            result.error = (
+                f"the tests do not run even without the model patch: {so.crash_cause(output)}"
+            )
+            return
+    result.tests_status = tests_status(instance, result.test_results)
+    result.resolved = all(
+        not result.tests_status[key]["failure"] for key in ("FAIL_TO_PASS", "PASS_TO_PASS")
+    )
+    if not result.resolved and not build.test_network and so.needs_network(output):
+        result.note = "the tests reached for the network, which is off (--test-network grants it)"
+
+
+def _official_run(
+    instance: dict[str, Any],
+    spec: Spec,
+    src: Path,
+    root: Path,
+    env: Path,
+    runtime: Any,
+    build: BuildOptions,
+    model_patch: str | None,
+    directives: list[str],
+    log: list[str],
+    blog: list[str],
+    timeout_s: float,
+    result: GradeResult,
+) -> tuple[str | None, str | None]:
+    """Check out `base_commit` under `root`, apply `model_patch` (None: none), reset the test
+    files and apply the test patch, set the instance up, run its tests. (output, failure);
+    output None when it stopped before the tests (with `result.error` set)."""
+    from environments import swe_official as so
+    from tasks.swe.official import modified_files
+
+    root.mkdir()
+    work = _Checkout(src, str(instance["base_commit"]), root)
+    if model_patch is not None:
+        model_file = root / "model.patch"
+        model_file.write_text(model_patch, encoding="utf-8")
+        if not _apply(work, model_file, log):
+            result.error = "the model patch does not apply (git apply and patch --fuzz=5 failed)"
+            return None, None
+        result.patch_applied = True
+    test_files = modified_files(str(instance["test_patch"]))
+    for rel in test_files:  # the official eval script: git checkout <base> <test files>
+        check_relpath(rel, "the test_patch", argument=True)
+        _remove_in_tree(work.tree, rel)
+        if work.run("cat-file", "-e", f"{work.base}:{rel}").returncode == 0:
+            work.git("checkout", work.base, "--", rel)
+    test_file = root / "test.patch"
+    test_file.write_text(str(instance["test_patch"]), encoding="utf-8")
+    proc = work.run("apply", "--verbose", "--", str(test_file))
+    log.append(
+        f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    )
+    if proc.returncode != 0:
+        result.error = "the test patch does not apply on top of the model patch"
+        return None, None
+    box = root / "box"
+    so.copy_env(env, box)
+    try:
+        so.setup_instance(box, spec, runtime, build, blog, so.scm_version(src, work.base))
+    except so.SetupError as e:
+        result.error = str(e)
+        return None, None
+    output, failure = so.run_tests(box, spec, directives, runtime, build, timeout_s)
+    log.append(output)
+    return output, failure
 
 
 def _remove_in_tree(tree: Path, rel: str) -> None:

@@ -29,6 +29,8 @@ SWE-bench-format suites (resolved rate, predictions.jsonl):
   skyrl eval --suite swe-bench-mini --model smollm2-135m --max-turns 6 --workers 4
   skyrl eval --suite my_instances.jsonl --repos ./repos --slice 0:10 --model runs/<id>
   skyrl eval --suite swe-bench-lite --instances astropy__astropy-12907 --model M --resume
+  skyrl eval --suite lite.jsonl --repos ./repos --agent gold --build-network --sample 20 --seed 1
+  skyrl eval --suite lite.jsonl --agent gold --backend docker   # the official images (Docker)
 """
 
 
@@ -88,6 +90,41 @@ def eval_(
     slice_: Annotated[
         str | None, typer.Option("--slice", help="SWE: START:END of the suite (Python slice).")
     ] = None,
+    sample: Annotated[
+        int | None,
+        typer.Option("--sample", help="SWE: N instances drawn at random (with --seed)."),
+    ] = None,
+    build_network: Annotated[
+        bool,
+        typer.Option(
+            "--build-network/--no-build-network",
+            help="SWE: environment builds may reach the package index and the Debian mirror "
+            "(off: offline, from --pip-find-links and what is cached).",
+        ),
+    ] = False,
+    pip_index: Annotated[
+        str | None,
+        typer.Option("--pip-index", help="SWE: package index URL of environment builds."),
+    ] = None,
+    pip_find_links: Annotated[
+        Path | None,
+        typer.Option("--pip-find-links", help="SWE: a folder of wheels/sdists builds may use."),
+    ] = None,
+    test_network: Annotated[
+        bool,
+        typer.Option(
+            "--test-network/--no-test-network",
+            help="SWE: the tests may use the network, as in the official images (off).",
+        ),
+    ] = False,
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="SWE: local (sandboxed environments built here) or docker (the official "
+            "per-instance images; needs Docker).",
+        ),
+    ] = "local",
     repos: Annotated[
         Path | None, typer.Option("--repos", help="SWE: folder of owner__name repositories.")
     ] = None,
@@ -116,8 +153,12 @@ def eval_(
         fail("pass either --env (environment tasks) or --suite (a SWE-bench suite), not both")
     if split is not None and tasks is not None:
         fail("pass either --split or --tasks, not both")
-    if instances is not None and slice_ is not None:
-        fail("pass either --instances or --slice, not both")
+    if sum(x is not None for x in (instances, slice_, sample)) > 1:
+        fail("pass at most one of --instances, --slice and --sample")
+    if sample is not None and sample < 1:
+        fail(f"--sample must be at least 1, got {sample}")
+    if backend not in ("local", "docker"):
+        fail(f"unknown --backend {backend!r}; known: local, docker")
     if n_samples < 1:
         fail(f"--n-samples must be at least 1, got {n_samples}")
     if workers < 1:
@@ -129,6 +170,8 @@ def eval_(
             suite=suite, model=model, agent=agent, instances=instances, slice=slice_,
             repos=repos, output=output, workers=workers, resume=resume,
             max_turns=max_turns or 10, max_new_tokens=max_new_tokens, seed=seed,
+            sample=sample, build_network=build_network, pip_index=pip_index,
+            pip_find_links=pip_find_links, test_network=test_network, backend=backend,
         )  # fmt: skip # the command line reads as typed
         _guarded(lambda: run_swe_eval(opts))
         return
@@ -168,6 +211,8 @@ def _guarded(job: Callable[[], T]) -> T:
     """Run the evaluation: bad input is one sentence (exit 2), a crash one line (exit 1)."""
     try:
         return job()
+    except typer.Exit:
+        raise
     except KeyboardInterrupt:
         print("\nstopped", file=sys.stderr)
         raise typer.Exit(130) from None

@@ -33,6 +33,14 @@ def run_swe_eval(opts: SweEvalOptions) -> dict[str, Any]:
     )
     print_summary(rep, rep["wall_time_s"])
     note(f"wrote {out}/report.json, predictions.jsonl and logs/")
+    if rep["error_instances"]:
+        from skyrl_cli.errors import fail
+
+        fail(
+            f"{rep['error_instances']} of {rep['total_instances']} instances could not be "
+            f"graded (error); each one's cause is in {out}/logs/<id>/result.json",
+            code=1,
+        )
     return rep
 
 
@@ -52,12 +60,17 @@ class Recorder:
             if result.empty_patch
             else (f"error: {result.error}" if result.error else "unresolved")
         )
+        if result.note and not result.resolved:
+            state += f" ({result.note})"
+        if result.python_mismatch:
+            state += f" [python_mismatch: {result.python_mismatch}]"
         with self.lock:
             self.done += 1
             spent = time.time() - self.start
             eta = spent / self.done * (self.total - self.done)
             line = f"[{self.done}/{self.total}] {result.instance_id}: {state} "
-            print(terminal_safe(line) + f"({spent:.0f}s, ETA {eta:.0f}s)", flush=True)
+            took = f"{result.duration_s:.0f}s; " if result.duration_s else ""
+            print(terminal_safe(line) + f"({took}{spent:.0f}s in all, ETA {eta:.0f}s)", flush=True)
 
 
 def print_summary(rep: dict[str, Any], wall: float) -> None:

@@ -56,10 +56,26 @@ def reachable(host: str, port: int = 443, timeout: float = 3.0) -> bool:
         return False
 
 
-def select(instances: list[dict[str, Any]], ids: str | None, span: str | None) -> list[dict]:
-    """The instances named by `--instances a,b` or `--slice START:END` (all without either)."""
+def select(
+    instances: list[dict[str, Any]],
+    ids: str | None,
+    span: str | None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> list[dict]:
+    """The instances named by `--instances a,b` (or `a b`), `--slice START:END`, or
+    `--sample N` (N drawn with `seed`, in suite order); all without any."""
+    if sample is not None:
+        import random
+
+        if sample > len(instances):
+            raise ValueError(
+                f"--sample {sample} is more than the suite's {len(instances)} instances"
+            )
+        picked = set(random.Random(seed).sample(range(len(instances)), sample))
+        return [inst for i, inst in enumerate(instances) if i in picked]
     if ids:
-        wanted = [i.strip() for i in ids.split(",") if i.strip()]
+        wanted = [i.strip() for i in ids.replace(" ", ",").split(",") if i.strip()]
         by_id = {str(i["instance_id"]): i for i in instances}
         unknown = [i for i in wanted if i not in by_id]
         if unknown:

@@ -81,7 +81,9 @@ def test_select_resume_and_a_missing_repo(tmp_path: Path) -> None:
     shutil.copytree(suite_repos_dir(), repos, symlinks=True)
     shutil.rmtree(repos / "skyrl-mini__pager")
     proc = skyrl("eval", "--suite", "swe-bench-mini", "--agent", "gold", "--instances", f"{PAGER},{LEDGER}",
-                 "--repos", str(repos), "--output", "m", cwd=tmp_path)  # fmt: skip # the command line reads as typed
+                 "--repos", str(repos), "--output", "m", cwd=tmp_path, check=False)  # fmt: skip # the command line reads as typed
+    assert proc.returncode == 1 and "1 of 2 instances could not be graded" in proc.stderr
+    assert f"{PAGER}: error: no repository skyrl-mini__pager" in proc.stdout
     report, _ = _read(tmp_path / "m")
     assert report["error_ids"] == [PAGER] and report["resolved_ids"] == [LEDGER]
     assert (
