@@ -12,11 +12,14 @@ PKGS := skyrl_cli trainers agents environments tasks tui server
 setup: $(STAMP)
 
 # torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	# SWE-bench's official specification and log parsers (tasks/swe/official.py): its data
+	# and pure functions only, so none of its requirements (docker, datasets, modal)
+	$(BIN)/pip install -q --no-deps swebench==4.1.0
 	touch $(STAMP)
 
 train: setup

@@ -118,6 +118,7 @@ def run_swe_eval(
     if opts.agent == "shell" and opts.model is None:
         raise ValueError("--agent shell needs --model (or use --agent gold / --agent empty)")
     suite_name = Path(opts.suite).stem if Path(opts.suite).is_file() else opts.suite
+    suite_name = suite_name.replace("/", "__")  # a hub id names one output folder
     instances = select(load_suite(opts.suite), opts.instances, opts.slice, opts.sample, opts.seed)
     if opts.backend == "docker":
         from environments.swe_docker import docker_missing

@@ -13,15 +13,20 @@ knows (the swebench table, or the row's own `spec`). One grading:
    bullseye for 3.9, bookworm 3.11, trixie 3.13), built once with the network allowed.
    Neither: the host's Python runs and the result says `python_mismatch`.
 2. **Environment** (cached per repository, version, `environment_setup_commit`, Python and
-   specification, under `cache_dir()/swe-envs/official/`): in a build sandbox, a venv at
-   `/venv` (the official conda env), pip/setuptools/wheel upgraded as a new conda env has
-   them, then the specification's `packages` (`requirements.txt` read from the repository at
+   specification, under `cache_dir()/swe-envs/official/`): in a build sandbox, a `/usr/local`
+   of its own that stands in for the official conda env: `python` there, and every package
+   installed into it (`PYTHONUSERBASE=/usr/local`, pip's user scheme). Not a venv: a venv's
+   packages are lost to a symlink of its interpreter made elsewhere, and tox-current-env
+   (Sphinx's test command) runs the tests through such a symlink; a conda env, like this,
+   is a real interpreter prefix. pip is upgraded as a new conda env has it, then the
+   specification's `packages` (`requirements.txt` read from the repository at
    `environment_setup_commit`; a conda list through pip) and `pip_packages`; sdists build
    there, inside the sandbox. pip reads none of the machine's configuration
    (`PIP_CONFIG_FILE=/dev/null`); it reaches the package index only when the build network
    is allowed (`--build-network`), else `--no-index` with the user's wheel folder. The
-   build tools an editable install needs offline are kept in `/venv/.skyrl-wheels`.
-3. **Instance set-up**, in a copy of the venv: the checkout at `base_commit` is `/testbed`;
+   build tools an editable install needs offline are kept in `/usr/local/.skyrl-wheels`.
+3. **Instance set-up**, in a copy of that `/usr/local`: the checkout at `base_commit` is
+   `/testbed`;
    `MAP_REPO_TO_INSTALL`, `pre_install` (apt-get lines are skipped: the root file system
    has the build tools) and `install` run there, as the official instance image does.
 4. **Evaluation**: the model patch is applied on the host (`swe_harness`), the test files
@@ -45,7 +50,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
@@ -60,7 +64,7 @@ from tasks.swe.official import Spec, conda_packages, requirements
 
 PIP_INDEX_ENV = "SKYRL_SWE_PIP_INDEX"
 PIP_FIND_LINKS_ENV = "SKYRL_SWE_PIP_FIND_LINKS"
-ROOTFS_PACKAGES = ("python3", "python3-venv", "python3-pip", "python3-dev", "build-essential",
+ROOTFS_PACKAGES = ("python3", "python3-pip", "python3-dev", "build-essential",
                    "git", "patch", "ca-certificates", "locales")  # fmt: skip # a package list
 """What a root file system for SWE-bench rows holds (the official images' build tools)."""
 BUILD_TOOLS = ("setuptools", "wheel", "setuptools_scm[toml]")
@@ -69,6 +73,8 @@ WHEELS = ".skyrl-wheels"
 RESOLVE_BEFORE = "2025-01-01T00:00:00Z"
 """Default of `BuildOptions.resolve_before` (the swebench 4.x images were built in 2024)."""
 BUILD_TIMEOUT_S = 3600.0
+LAYOUT = 3
+"""Bumped when what an env dir holds changes (2: a `/usr/local`, not a venv; 3: pip of today)."""
 SETUP_TIMEOUT_S = 1200.0
 NETWORK_ERRORS = re.compile(
     r"Temporary failure in name resolution|Name or service not known|Network is unreachable"
@@ -127,6 +133,10 @@ class Runtime:
 class SetupError(RuntimeError):
     """An environment or an instance set-up failed (the message is one sentence)."""
 
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
+
 
 # ------------------------------------------------------------------------------ Python
 
@@ -142,7 +152,7 @@ def _host_version(python: str) -> str:
 def runtime_for(version: str, build: BuildOptions, log: list[str]) -> Runtime:
     """The interpreter for `version`: the host's, else a Debian root file system's, else
     the host's default with `mismatch` saying why."""
-    for path in (f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+    for path in (f"/usr/bin/python{version}",):  # /usr/local is the env's own in a sandbox
         if os.access(path, os.X_OK):
             return Runtime(path, version, None)
     why = f"no Debian release has Python {version}"
@@ -158,7 +168,7 @@ def runtime_for(version: str, build: BuildOptions, log: list[str]) -> Runtime:
                 return Runtime(f"/usr/bin/python{version}", version, root)
             except RootfsError as e:
                 why = str(e)
-    host = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    host = "/usr/bin/python3"
     used = _host_version(host)
     log.append(f"python: {version} specified, {used} used: {why}")
     return Runtime(host, used, None, mismatch=f"{version} specified, {used} used ({why})")
@@ -173,7 +183,7 @@ def _sandbox(box: Path, runtime: Runtime, *, network: bool, timeout: float) -> S
     sandbox = Sandbox(limits=limits, workdir=box)
     sandbox.system_root = runtime.root
     sandbox.network = network
-    sandbox.view = ["--bind", str(box / "venv"), "/venv"]
+    sandbox.view = ["--bind", str(box / "local"), "/usr/local"]
     if (box / "repo").is_dir():
         sandbox.view += ["--bind", str(box / "repo"), "/testbed"]
     return sandbox
@@ -184,9 +194,9 @@ def _pip_env(build: BuildOptions, network: bool) -> dict[str, str]:
     index or wheel folder, the env's own build-tool wheels."""
     env = {"PIP_CONFIG_FILE": "/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
            "PIP_NO_INPUT": "1", "PIP_ROOT_USER_ACTION": "ignore",
-           "PATH": "/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "VIRTUAL_ENV": "/venv"}  # fmt: skip # one mapping
-    links = [f"/venv/{WHEELS}"] + (["/find-links"] if build.find_links else [])
+           "PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "PYTHONUSERBASE": "/usr/local", "PIP_USER": "1", "PIP_BREAK_SYSTEM_PACKAGES": "1"}  # fmt: skip # one mapping
+    links = [f"/usr/local/{WHEELS}"] + (["/find-links"] if build.find_links else [])
     env["PIP_FIND_LINKS"] = " ".join(links)
     if not network:
         env["PIP_NO_INDEX"] = "1"
@@ -210,7 +220,7 @@ def _run(sandbox: Sandbox, script: str, env: dict[str, str], timeout: float, bui
     if res.returncode != 0:
         errors = [x.strip() for x in out.splitlines() if x.strip().startswith("ERROR")]
         lines = errors or [x.strip() for x in out.splitlines() if x.strip()] or ["no output"]
-        raise SetupError(f"{what} failed (exit {res.returncode}): {lines[-1][:240]}")
+        raise SetupError(f"{what} failed (exit {res.returncode}): {lines[-1][:240]}", out)
     return out
 
 
@@ -219,7 +229,7 @@ def _run(sandbox: Sandbox, script: str, env: dict[str, str], timeout: float, bui
 
 def env_key(instance: dict[str, Any], spec: Spec, runtime: Runtime, build: BuildOptions) -> str:
     commit = str(instance.get("environment_setup_commit") or instance["base_commit"])
-    text = json.dumps([spec.packages, spec.pip_packages, spec.python, build.resolve_before])
+    text = json.dumps([LAYOUT, spec.packages, spec.pip_packages, spec.python, build.resolve_before])
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     name = str(instance["repo"]).replace("/", "__")
     return f"{name}-{instance.get('version')}-{commit[:12]}-{runtime.key()}-{digest}"
@@ -243,15 +253,17 @@ def ensure_env(
     instance: dict[str, Any], spec: Spec, src: Path, runtime: Runtime, build: BuildOptions,
     log: list[str],
 ) -> tuple[Path, bool]:  # fmt: skip # one signature
-    """The cached env dir (its `venv/`), built now if missing; and whether it was built.
+    """The cached env dir (its `local/`), built now if missing; and whether it was built.
     SetupError (one sentence) when it cannot be."""
     import fcntl
 
     from tasks.cache import cache_dir
 
     target = cache_dir() / "swe-envs" / "official" / env_key(instance, spec, runtime, build)
-    if (target / "venv" / "bin").is_dir():
+    if (target / "local" / "bin").is_dir():
         return target, False
+    if not os.access(runtime.python, os.X_OK) and runtime.root is None:
+        raise SetupError(f"no {runtime.python} here to make the environment with")
     if spec.packages == "environment.yml":
         raise SetupError(
             f"the environment of {instance['repo']} {instance.get('version')} is a conda "
@@ -267,16 +279,18 @@ def ensure_env(
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "venv" / "bin").is_dir():
+        if (target / "local" / "bin").is_dir():
             return target, False
         box = Path(tempfile.mkdtemp(prefix="skyrl-swe-env-"))  # sandbox uids reach /tmp
         box.chmod(0o711)
-        (box / "venv").mkdir()
+        (box / "local").mkdir()
         (box / "requirements.txt").write_text(reqs, encoding="utf-8")
-        lines = ["set -eux", f"{runtime.python} -m venv /venv", f"mkdir -p /venv/{WHEELS}"]
+        lines = ["set -eux", f"mkdir -p /usr/local/bin /usr/local/{WHEELS}",
+                 f"ln -s {runtime.python} /usr/local/bin/python",
+                 f"ln -s {runtime.python} /usr/local/bin/python3", "python -m pip --version"]  # fmt: skip # the script, line by line
         pip = "python -m pip install"
         if build.network:  # pip first, to today's: older ones lack --uploaded-prior-to
-            lines.append(f"env -u PIP_UPLOADED_PRIOR_TO {pip} --upgrade pip")
+            lines.append(f"env -u PIP_UPLOADED_PRIOR_TO {pip} --upgrade pip || true")
             lines.append(f"{pip} --upgrade setuptools wheel || {pip} --upgrade setuptools || true")
         if reqs.strip():
             lines.append(f"{pip} -r requirements.txt")
@@ -288,7 +302,7 @@ def ensure_env(
             tools = [*BUILD_TOOLS, *_build_requires(src, commit)]
             for tool in tools:  # best effort: an index may lack one
                 q = shlex.quote(tool)
-                lines.append(f"python -m pip download -q -d /venv/{WHEELS} {q} || true")
+                lines.append(f"python -m pip download -q -d /usr/local/{WHEELS} {q} || true")
         start = time.monotonic()
         sandbox = _sandbox(box, runtime, network=build.network, timeout=BUILD_TIMEOUT_S)
         try:
@@ -305,7 +319,7 @@ def ensure_env(
         (box / "requirements.txt").unlink()
         (box / "build.log").write_text("\n".join(log), encoding="utf-8")
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        shutil.move(str(box / "venv"), staging / "venv")  # a copy when /tmp is another fs
+        shutil.move(str(box / "local"), staging / "local")  # a copy when /tmp is another fs
         shutil.move(str(box / "build.log"), staging / "build.log")
         shutil.rmtree(box, ignore_errors=True)
         os.rename(staging, target)
@@ -318,41 +332,60 @@ def scm_version(src: Path, commit: str) -> str | None:
     its last number bumped and `.devN+gSHA` added when `commit` is past it. None: no tag."""
     git_dir = src if (src / "HEAD").exists() and not (src / ".git").exists() else None
     proc = run_git(src, "describe", "--tags", "--long", "--abbrev=7", commit, git_dir=git_dir, timeout=120)  # fmt: skip # one call
-    m = re.fullmatch(r"v?(\d+(?:\.\d+)*)-(\d+)-g([0-9a-f]+)", proc.stdout.strip())
+    m = re.fullmatch(r"v?(\d[\w.]*)-(\d+)-g([0-9a-f]+)", proc.stdout.strip())
     if proc.returncode != 0 or m is None:
-        return None
+        return "0.1.dev0"  # setuptools-scm's own answer where no tag is reachable
     tag, distance, sha = m.group(1), int(m.group(2)), m.group(3)
     if distance == 0:
         return tag
-    parts = tag.split(".")
-    parts[-1] = str(int(parts[-1]) + 1)
-    return f"{'.'.join(parts)}.dev{distance}+g{sha}"
+    dev = re.fullmatch(r"(.+?)\.?dev\d*", tag)
+    if dev:  # 7.0.0.dev0 -> 7.0.0.devN
+        return f"{dev.group(1)}.dev{distance}+g{sha}"
+    if re.fullmatch(r"\d+(\.\d+)*", tag):
+        parts = tag.split(".")
+        parts[-1] = str(int(parts[-1]) + 1)
+        return f"{'.'.join(parts)}.dev{distance}+g{sha}"
+    return f"{tag}.dev{distance}+g{sha}"  # 7.0.0rc1 -> 7.0.0rc1.devN (a pre-release's)
 
 
 def copy_env(env: Path, box: Path) -> None:
-    """A private copy of the env's venv in `box/venv` (an instance writes its install there)."""
-    subprocess.run(["cp", "-a", "--reflink=auto", str(env / "venv"), str(box / "venv")], check=True)
+    """A private copy of the env's `/usr/local` in `box/local` (an instance installs there)."""
+    subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(env / "local"), str(box / "local")], check=True
+    )
 
 
 def setup_instance(box: Path, spec: Spec, runtime: Runtime, build: BuildOptions, log: list[str], version: str | None = None) -> None:  # fmt: skip # one signature
     """Step 3: `repo_install`, `pre_install` and `install` in `/testbed` (the checkout);
     `version` is what setuptools-scm reports there (`scm_version`)."""
-    commands = [c for c in (spec.repo_install, *spec.pre_install, spec.install) if c.strip()]
-    if not commands:
-        return
-    kept = []
-    for c in commands:
+    pre = []
+    for c in (spec.repo_install, *spec.pre_install):
         if re.match(r"\s*(sudo\s+)?apt(-get)?\s", c):
             log.append(f"skipped (the root file system has the build tools): {c}")
-        else:
-            kept.append(c)
-    script = "\n".join(["set -eux", "cd /testbed", *kept])
+        elif c.strip():
+            pre.append(c)
     env = _pip_env(build, build.network)
     if version:
         env["SETUPTOOLS_SCM_PRETEND_VERSION"] = version
     sandbox = _sandbox(box, runtime, network=build.network, timeout=SETUP_TIMEOUT_S)
     try:
-        _run(sandbox, script, env, SETUP_TIMEOUT_S, build, log, "installing the repository")
+        if pre:
+            script = "\n".join(["set -eux", "cd /testbed", *pre])
+            _run(sandbox, script, env, SETUP_TIMEOUT_S, build, log, "the pre-install steps")
+        if not spec.install.strip():
+            return
+        install = "\n".join(["set -eux", "cd /testbed", spec.install])
+        try:
+            _run(sandbox, install, env, SETUP_TIMEOUT_S, build, log, "installing the repository")
+        except SetupError as e:
+            if "build_editable" not in e.output or "pip install" not in spec.install:
+                raise
+            # a backend without PEP 660 (setuptools < 64, pinned by the project): the
+            # images' pip fell back to `setup.py develop`, today's refuses; the env's own
+            # setuptools (>= 64) builds it instead
+            log.append("the build backend has no editable hook; once more without build isolation")
+            install = install.replace("pip install", "pip install --no-build-isolation", 1)
+            _run(sandbox, install, env, SETUP_TIMEOUT_S, build, log, "installing the repository")
     finally:
         sandbox.close()
 

@@ -46,7 +46,8 @@ def eval_(
         str | None,
         typer.Option(
             "--suite",
-            help="SWE-bench suite: swe-bench-mini, swe-bench-lite, swe-bench-verified, or a "
+            help="SWE-bench suite: swe-bench-mini, swe-bench-lite, swe-bench-verified, "
+            "swe-bench (or their hub ids, e.g. princeton-nlp/SWE-bench_Lite), or a "
             "JSONL/Parquet file in the official format.",
         ),
     ] = None,

@@ -19,8 +19,11 @@ from typing import Any
 OFFICIAL = {
     "swe-bench-lite": "princeton-nlp/SWE-bench_Lite",
     "swe-bench-verified": "princeton-nlp/SWE-bench_Verified",
+    "swe-bench": "princeton-nlp/SWE-bench",
 }
-"""Official dataset names -> their Hugging Face dataset (split `test`)."""
+"""Official dataset names -> their Hugging Face dataset (split `test`); the dataset ids
+themselves (`--suite princeton-nlp/SWE-bench_Lite`) are accepted too."""
+OFFICIAL.update({hub: hub for hub in list(OFFICIAL.values())})
 
 
 def load_suite(name: str) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from tasks.swe.build import git
 
-WHEELS = ("pytest", "pluggy", "iniconfig", "packaging", "pygments", "setuptools", "wheel")
+WHEELS = ("pip", "pytest", "pluggy", "iniconfig", "packaging", "pygments", "setuptools", "wheel")
 """Pure-Python distributions the replicas' environments install from the local index."""
 
 
@@ -59,10 +59,11 @@ def wheel_from_installed(name: str, dest: Path) -> Path:
             rel = str(f)
             if rel.startswith("..") or "__pycache__" in rel or rel.endswith(".pyc"):
                 continue
-            if rel.endswith(".dist-info/RECORD"):
-                info_dir = rel.rsplit("/", 1)[0]
+            top = rel.count("/") == 1 and rel.split("/")[0].endswith(".dist-info")
+            if top and rel.endswith("/RECORD"):  # not a vendored package's own RECORD
+                info_dir = rel.split("/")[0]
                 continue
-            if rel.endswith(("INSTALLER", "direct_url.json", "REQUESTED")):
+            if top and rel.endswith(("/INSTALLER", "/direct_url.json", "/REQUESTED")):
                 continue
             path = Path(str(dist.locate_file(f)))
             if not path.is_file():
