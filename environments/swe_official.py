@@ -375,16 +375,30 @@ def setup_instance(box: Path, spec: Spec, runtime: Runtime, build: BuildOptions,
         if not spec.install.strip():
             return
         install = "\n".join(["set -eux", "cd /testbed", spec.install])
+        if not (box / "repo" / "pyproject.toml").exists() and "pip install" in install:
+            # no pyproject.toml: the images' pip (24) ran `setup.py develop` (the folder on
+            # sys.path); today's builds a PEP 660 editable, whose import hook pylint's
+            # checker loading does not survive. setuptools' `compat` mode is the former.
+            log.append(
+                "no pyproject.toml: the editable install in setup.py develop's (compat) mode"
+            )
+            compat = "pip install --config-settings editable_mode=compat"
+            install = install.replace("pip install", compat, 1)
         try:
             _run(sandbox, install, env, SETUP_TIMEOUT_S, build, log, "installing the repository")
         except SetupError as e:
             if "build_editable" not in e.output or "pip install" not in spec.install:
                 raise
             # a backend without PEP 660 (setuptools < 64, pinned by the project): the
-            # images' pip fell back to `setup.py develop`, today's refuses; the env's own
-            # setuptools (>= 64) builds it instead
-            log.append("the build backend has no editable hook; once more without build isolation")
-            install = install.replace("pip install", "pip install --no-build-isolation", 1)
+            # images' pip fell back to `setup.py develop`, today's refuses. The env's own
+            # setuptools (>= 64) builds it instead, in its `compat` mode: the project's
+            # folder on sys.path, as `setup.py develop` left it (pylint finds its checkers
+            # by path and breaks under the default mode's import hook)
+            log.append(
+                "the build backend has no editable hook; once more as `setup.py develop` would"
+            )
+            flags = "--no-build-isolation --config-settings editable_mode=compat"
+            install = install.replace("pip install", f"pip install {flags}", 1)
             _run(sandbox, install, env, SETUP_TIMEOUT_S, build, log, "installing the repository")
     finally:
         sandbox.close()
