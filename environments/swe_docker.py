@@ -37,6 +37,16 @@ def docker_missing() -> str | None:
     """Why `--backend docker` cannot run here (one sentence), or None."""
     if shutil.which("docker") is None:
         return "--backend docker needs Docker, which is not installed here; use --backend local"
+    try:
+        proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip # one call
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return (
+            f"--backend docker needs Docker, whose command failed here ({e}); use --backend local"
+        )
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no answer"])[-1][:200]
+        return f"--backend docker needs Docker, whose daemon does not answer here ({why}); use --backend local"
     return None
 
 
