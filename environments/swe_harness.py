@@ -1,5 +1,10 @@
 """Grade SWE-bench-format instances locally, as the official harness does, without Docker.
 
+Rows with an official specification (real SWE-bench rows, or a row's own `spec`) take the
+path of `environments.swe_official`: the official environment, the repository installed,
+official directives and log parser. What follows is the path of this project's own suites
+(swe-bench-mini), whose repositories need no more than their `requirements.txt`.
+
     from environments.swe_harness import grade, report, prediction
     result = grade(instance, model_patch)             # repos default to swe-bench-mini's
     result.resolved, result.error, result.tests_status["FAIL_TO_PASS"]
