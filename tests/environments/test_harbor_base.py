@@ -119,6 +119,8 @@ def _fake_rootfs(target: Path) -> None:
         real = usr_bin / Path(os.path.realpath(shutil.which(name, path="/usr/bin:/bin"))).name
         if not (usr_bin / name).exists():
             os.symlink(real.name, usr_bin / name)
+    for name in ("bin", "lib", "share"):  # an empty /usr/local, as Debian's
+        (target / "usr" / "local" / name).mkdir(parents=True)
     (target / "etc").mkdir()
     (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
     (target / MARKER.lstrip("/")).write_text("fake bookworm\n")
@@ -154,6 +156,7 @@ ok=1
 [ "$(cat /app/from-oracle)" = "fake bookworm" ] || ok=0
 [ -e /usr/bin/python3 ] && ok=0
 [ -e /etc/debian_version ] && ok=0
+[ "$(cat /usr/local/share/kept)" = "fake bookworm" ] || ok=0
 echo $ok > /logs/verifier/reward.txt
 """
 
@@ -173,11 +176,13 @@ def _task(root: Path, dockerfile: str):
 def test_run_and_oracle_run_inside_the_base_images_root(tmp_path, fake_root):
     """FROM debian:bookworm: the RUN step and the oracle see the fake root's /etc and /usr
     (its marker; no python3, no /etc/debian_version, which the host has), so the verifier
-    scores 1 there; on the host's system it would score 0."""
+    scores 1 there; on the host's system it would score 0. What RUN writes in /usr/local
+    (where pip installs) is the image's."""
     assert Path("/usr/bin/python3").exists() and Path("/etc/debian_version").exists()
     task = _task(
         tmp_path / "t",
-        f"FROM debian:bookworm AS final\nWORKDIR /app\nRUN cat {MARKER} > from-run\n",
+        f"FROM debian:bookworm AS final\nWORKDIR /app\nRUN cat {MARKER} > from-run\n"
+        f"RUN mkdir -p /usr/local/share && cat {MARKER} > /usr/local/share/kept\n",
     )
     img = harbor.image(Path(task.metadata["task_dir"]))
     assert img.problems == [] and img.system_root == str(fake_root)
