@@ -24,7 +24,8 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `ghcr.io/astral-sh/uv:*-<release>*`     | the tag's release, its Python   | python3, pip, venv, kit's uv |
 | `buildpack-deps:*`                      | the tag's release               | build-essential, git, curl   |
 
-A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
+Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` and
+`public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
 release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
 (`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
 build tools of their buildpack-deps base. Every root file system also holds `BASE_PACKAGES`,
@@ -50,6 +51,8 @@ BUILD_TOOLS = ("build-essential", "git", "curl", "wget", "procps")
 """What the non-slim official images inherit from buildpack-deps."""
 RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
 NEWEST = "trixie"
+MIRRORS = r"^(docker\.io/|index\.docker\.io/|registry-1\.docker\.io/|mirror\.gcr\.io/|public\.ecr\.aws/docker/)"
+"""Registry prefixes that name Docker Hub's own images (`public.ecr.aws/docker/library/x`)."""
 PIP_SHIM = '#!/bin/sh\nexec /usr/bin/python3 -m pip "$@"\n'
 UV_SHIM = '#!/bin/sh\nexec "$(ls -d /.skyrl-offline/uv/* | tail -1)/uv" "$@"\n'
 UVX_SHIM = '#!/bin/sh\nexec "$(ls -d /.skyrl-offline/uv/* | tail -1)/uvx" "$@"\n'
@@ -117,7 +120,7 @@ def base_for(name: str) -> Base | None:
     """What stands in for the image `name` (`python:3.12-slim`, `docker.io/library/debian`),
     or None when the table does not know it."""
     ref = re.sub(r"@sha256:[0-9a-f]+$", "", name.strip().lower())
-    ref = re.sub(r"^(docker\.io/|index\.docker\.io/)", "", ref)
+    ref = re.sub(MIRRORS, "", ref)  # Docker Hub and its public mirrors
     ref = ref.removeprefix("library/")
     repo, tag = ref.rsplit(":", 1) if ":" in ref.rsplit("/", 1)[-1] else (ref, "latest")
     image = f"{repo}:{tag}"

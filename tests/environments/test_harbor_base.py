@@ -39,6 +39,8 @@ PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "
         ("debian:12", "bookworm", ()),
         ("debian:bookworm-slim", "bookworm", ()),
         ("docker.io/library/debian:12-slim", "bookworm", ()),
+        ("public.ecr.aws/docker/library/ubuntu:24.04@sha256:0d39", "trixie", ()),
+        ("python:3.12-slim@sha256:adc0", "trixie", ("python3-pip",)),
         ("debian:bullseye", "bullseye", ()),
         ("debian:11", "bullseye", ()),
         ("ubuntu:22.04", "bookworm", ()),
