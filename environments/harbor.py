@@ -60,7 +60,7 @@ from pathlib import Path, PurePosixPath
 from environments.base_images import Base, base_for, final_base, spec_of
 from environments.bash import chown_tree
 from environments.rootfs import RootfsError, RootfsSpec, ensure_rootfs
-from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
+from environments.sandbox import HIDDEN_DIRS, HOST_TRUST, PATH, SYSTEM_DIRS, Limits, Sandbox
 
 __all__ = [
     "BASE_ENV",
@@ -858,6 +858,13 @@ def _prepare_run(sandbox: Sandbox, root: Path, image: Image, network: bool = Fal
     if network:  # a build with the registries: pip and uv reach their indexes, as in Docker
         for key in ("PIP_NO_INDEX", "UV_OFFLINE", "UV_NO_INDEX"):
             sandbox.env.pop(key, None)
+        if base != "/":  # the host's name service and CA bundle, over a layer's own /etc too
+            sandbox.view += [
+                arg
+                for f in HOST_TRUST
+                if f != "/etc/hosts" and os.path.exists(f) and os.path.exists(_on(base, f))
+                for arg in ("--ro-bind", f, f)
+            ]
 
 
 def _run_step(
