@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from tasks.harbor import load_harbor_task
 
 MARKER = "/etc/skyrl-fake-root"
 PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "rm", "cp",
-            "chmod", "sleep", "id", "grep", "kill", "dirname", "touch", "true")  # fmt: skip # a list
+            "chmod", "sleep", "id", "grep", "kill", "dirname", "touch", "true", "wc")  # fmt: skip # a list
 
 
 # ---------------------------------------------------------------------------- the table
@@ -220,3 +221,46 @@ def test_the_host_fallback_is_asked_for(tmp_path, fake_root, monkeypatch):
     task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
     img = harbor.image(Path(task.metadata["task_dir"]))
     assert img.problems == [] and img.system_root == ""
+
+
+def _outside_interfaces() -> int:
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return sum(1 for line in lines if not line.strip().startswith("lo:"))
+
+
+@pytest.mark.skipif(_outside_interfaces() == 0, reason="this machine has no network interface")
+def test_build_network_gives_run_the_hosts_network(tmp_path, fake_root):
+    """`skyrl eval ... --build-network`: the RUN step shares the host's network (it sees the
+    host's interfaces; it sends nothing), the episode does not; without the flag the build
+    has only its own loopback. The real command, the fake root as before."""
+    count = "grep -vc -e 'lo:' -e '|' /proc/net/dev"
+    test_sh = (
+        "#!/bin/bash\n"
+        f'[ "$(cat /app/build-ifaces)" -gt 0 ] && [ "$({count})" = 0 ] && echo 1 > '
+        "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    _task(
+        tmp_path / "tasks" / "net",
+        f"FROM debian:12\nWORKDIR /app\nRUN ({count} || true) > build-ifaces\n",
+    )
+    (tmp_path / "tasks" / "net" / "tests" / "test.sh").write_text(test_sh)
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "eval", "--env", "shell", "--agent", "oracle"]
+    cmd += ["--tasks", str(tmp_path / "tasks"), "--no-tracking"]
+    for flag, want in (
+        ("--no-build-network", "net: reward 0"),
+        ("--build-network", "net: reward 1"),
+    ):
+        done = subprocess.run([*cmd, flag], capture_output=True, text=True, timeout=300)
+        assert want in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unknown_base_is_refused_by_the_shell_env(tmp_path, fake_root):
+    """`reset` refuses a task whose base image the table does not know (one sentence), and
+    `env.kwargs.base` takes only the names it knows."""
+    task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
+    env = ShellEnv(timeout_s=20)
+    with pytest.raises(ValueError, match="alpine:3.20"):
+        env.reset(options={"task": task})
+    env.close()
+    with pytest.raises(ValueError, match="unknown Harbor base 'docker'"):
+        ShellEnv(base="docker")
