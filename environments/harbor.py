@@ -8,18 +8,26 @@ with its ENV: the agent (logs in `/logs/agent`), the oracle (its `solution/` cop
 the verifier (`tests/` copied to `/tests`, `/tests/test.sh` run with `[verifier].env`, output
 to `/logs/verifier/test-stdout.txt`; `reward.json` is read if present, else `reward.txt`).
 
-Here there is no container: the Dockerfile is read step by step. `FROM` is the host's own
-system (read-only); `WORKDIR`, `ENV`, `ARG` and `COPY`/`ADD` of files in `environment/` are
+Here there is no container: the Dockerfile is read step by step. `FROM` is a Debian root
+file system that stands in for the base image (`environments.base_images`' table, built by
+`environments.rootfs`; `plan`), the sandboxes' `system_root`; its `/usr/local` belongs to
+the layer. `BuildOptions.network` lets the root file system be built and `RUN` reach the
+package registries; `BuildOptions.base="host"` (`$SKYRL_HARBOR_BASE=host`) makes the host's
+own system (read-only) every FROM instead, the fallback only a user asks for. `WORKDIR`,
+`ENV`, `ARG` and `COPY`/`ADD` of files in `environment/` are
 done as written; `RUN` runs once, at build time, in a build sandbox that sees the image's
 files at their paths, and what it writes into them (the WORKDIRs, COPY targets, `/tmp`,
 `/logs`) is the image's layer, cached by a digest of the Dockerfile and its context
-(`image`). Each episode gets a private copy of the layer bound at its paths (`Layout`), a
+(`image`; the options and the base's root file system are part of the digest). Each
+episode gets a private copy of the layer bound at its paths (`Layout`), a
 writable `/etc/hosts` of its own (as Docker gives) and the ENTRYPOINT run before each of its
 commands (the agent's shell, the oracle, the verifier) in the same sandbox. A step that
-cannot be honoured (a package the host lacks, a network fetch, a COPY from outside the
-context, an ENTRYPOINT that fails) is `Image.problems`: `preflight_line` says it in one line.
+cannot be honoured (an unknown base image, a package the system lacks, a network fetch
+without the network, a COPY from outside the context, an ENTRYPOINT that fails) is
+`Image.problems`: `preflight_line` says it in one line.
 
-Offline verifiers: `apt-get`/`apt` are shims that succeed for packages the host has; `curl`
+Offline verifiers: `apt-get`/`apt` are shims that succeed for packages the system has (the
+root file system includes what `apt-get install` lines of the Dockerfile and test.sh name); `curl`
 of Astral's uv installer installs a uv fetched ahead of time from PyPI; `uv`/`uvx` run
 offline (`UV_OFFLINE`) on wheels of every `NAME==VERSION` pin of `tests/test.sh`, downloaded
 ahead of time with pip (`provision`). All of it lives in `cache_root()`.
@@ -49,12 +57,24 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from environments.base_images import Base, base_for, final_base, spec_of
 from environments.bash import chown_tree
-from environments.sandbox import HIDDEN_DIRS, PATH, SYSTEM_DIRS, Limits, Sandbox
+from environments.rootfs import RootfsError, RootfsSpec, ensure_rootfs
+from environments.sandbox import HIDDEN_DIRS, HOST_TRUST, PATH, SYSTEM_DIRS, Limits, Sandbox
 
-__all__ = ["KIT", "Image", "Layout", "cache_root", "image", "preflight_line", "provision"]
+__all__ = [
+    "BASE_ENV",
+    "KIT",
+    "BuildOptions",
+    "Image",
+    "Layout",
+    "cache_root",
+    "image",
+    "preflight_line",
+    "provision",
+]
 
-BUILD_VERSION = "4"
+BUILD_VERSION = "5"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -74,6 +94,40 @@ _OFFLINE = re.compile(
 )
 """What a download that found no network says (pip, apt, npm, go, curl)."""
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
+_APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\s+([^;&|<>()\n]+)")
+BASE_ENV = "SKYRL_HARBOR_BASE"
+"""`host`: every task's `FROM` is this machine's own system (the fallback a user asks for);
+unset or `image`: the root file system the table of base images gives."""
+OWNED = ("/usr/local",)
+"""Over a base image's root file system, these folders are the layer's, bound whole and
+writable during the build (a `RUN pip install` writes there, as in the image)."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How a task's image is built."""
+
+    network: bool = False
+    """RUN steps, and building a base image's root file system, may use the network
+    (as `docker build` reaches the package registries)."""
+    base: str = "image"
+    """`image`: FROM is the root file system the table of base images gives; `host`: this
+    machine's own system stands for every FROM."""
+
+    @classmethod
+    def from_kwargs(
+        cls, network: bool | str | None = None, base: str | None = None
+    ) -> BuildOptions:
+        """Options from env.kwargs (strings from `--set` too), `$SKYRL_HARBOR_BASE` the
+        default of `base`; ValueError (one sentence) for a value it does not know."""
+        chosen = base or os.environ.get(BASE_ENV) or "image"
+        if chosen not in ("image", "host"):
+            raise ValueError(f"unknown Harbor base {chosen!r}; known: image, host")
+        if isinstance(network, str):
+            if network.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(f"build_network must be true or false, got {network!r}")
+            network = network.lower() in ("1", "true", "yes", "on")
+        return cls(network=bool(network), base=chosen)
 
 
 def cache_root() -> Path:
@@ -115,6 +169,11 @@ class Image:
     """Steps not honoured here, each `STEP: why` (empty: the image is as Harbor's)."""
     layer: str = ""
     """Host folder of the built layer (paths below it are paths from the sandbox's root)."""
+    system_root: str = ""
+    """Host folder of the root file system standing in for FROM ('': the host's system)."""
+    transient: bool = False
+    """A problem of this machine's state (no bubblewrap, a base not built offline): never
+    cached."""
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
@@ -204,6 +263,11 @@ def dockerfile_of(task_dir: Path) -> str:
 # ---------------------------------------------------------------------------- the layout
 
 
+def _on(base: str, path: str) -> str:
+    """`path` of the root file system at `base` (the host's `/`, or a base image's)."""
+    return path if base == "/" else os.path.join(base, path.lstrip("/"))
+
+
 def _shown(path: str) -> bool:
     """True when `path` exists in a bare sandbox's view (a host system dir, read-only)."""
     parts = PurePosixPath(path).parts
@@ -212,33 +276,39 @@ def _shown(path: str) -> bool:
     return not any(path == d or path.startswith(d + "/") for d in HIDDEN_DIRS)
 
 
-def layer_view(root: Path) -> list[str]:
-    """bwrap arguments that show the layer at `root` at its paths over the host's system.
+def layer_view(root: Path, base: str = "/") -> list[str]:
+    """bwrap arguments that show the layer at `root` at its paths over the system at `base`
+    (the host's `/`, or a base image's root file system, whose `OWNED` folders are the
+    layer's).
 
-    A new entry in a host dir (`/etc/x`) shadows that dir with a tmpfs holding the host's
+    A new entry in a system dir (`/etc/x`) shadows that dir with a tmpfs holding the system's
     entries (read-only) and the layer's; an entry that is new at the top, or under a
     sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox."""
     args: list[str] = []
+    owned = OWNED if base != "/" else ()
 
     def walk(rel: str) -> None:
         here = root / rel.lstrip("/")
         names = sorted(os.listdir(here))
-        if rel != "/" and _shown(rel) and any(not os.path.lexists(f"{rel}/{n}") for n in names):
+        system = _on(base, rel)
+        if rel != "/" and _shown(rel) and any(not os.path.lexists(f"{system}/{n}") for n in names):
             args.extend(["--tmpfs", rel])
-            for name in sorted(os.listdir(rel)):
-                host = f"{rel}/{name}"
+            for name in sorted(os.listdir(system)):
+                host, inner = f"{system}/{name}", f"{rel}/{name}"
                 if name in names:
                     continue
                 if os.path.islink(host):
-                    args.extend(["--symlink", os.readlink(host), host])
+                    args.extend(["--symlink", os.readlink(host), inner])
                 elif os.path.isdir(host) or os.path.isfile(host):
-                    args.extend(["--ro-bind", host, host])
+                    args.extend(["--ro-bind", host, inner])
         for name in names:
             src, dest = here / name, posixpath.join(rel, name)
             if src.is_symlink():
-                if not os.path.lexists(dest):
+                if not os.path.lexists(_on(base, dest)):
                     args.extend(["--symlink", os.readlink(src), dest])
-            elif src.is_dir() and _shown(dest) and os.path.isdir(dest):
+            elif src.is_dir() and dest in owned:
+                args.extend(["--bind", str(src), dest])
+            elif src.is_dir() and _shown(dest) and os.path.isdir(_on(base, dest)):
                 walk(dest)
             elif src.is_dir() or src.is_file():
                 args.extend(["--bind", str(src), dest])
@@ -279,7 +349,9 @@ class Layout:
         usual_dirs(self.root)
         chown_tree(sb.workdir, sb.uid)
         sb.mount_workdir = False
-        sb.view = [*layer_view(self.root), *own_hosts(sb), *kit_view()]
+        base = self.image.system_root or "/"
+        sb.system_root = Path(base) if self.image.system_root else None
+        sb.view = [*layer_view(self.root, base), *own_hosts(sb), *kit_view(base)]
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
@@ -507,12 +579,14 @@ def provision(test_sh: str) -> list[str]:
     return problems
 
 
-def kit_view() -> list[str]:
-    """bwrap arguments for the kit (read-only) and the host's dpkg status (for the apt shim)."""
+def kit_view(base: str = "/") -> list[str]:
+    """bwrap arguments for the kit (read-only) and the system's dpkg status (for the apt
+    shim): the host's, or that of the root file system at `base`."""
     kit = cache_root() / "kit"
     args = ["--ro-bind", str(kit), KIT] if kit.is_dir() else []
-    if os.path.isdir("/var/lib/dpkg"):
-        args += ["--ro-bind", "/var/lib/dpkg", "/var/lib/dpkg"]
+    dpkg = _on(base, "/var/lib/dpkg")
+    if os.path.isdir(dpkg):
+        args += ["--ro-bind", dpkg, "/var/lib/dpkg"]
     return args
 
 
@@ -597,8 +671,113 @@ def _check_context(context: Path) -> str | None:
     )
 
 
-def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
+@dataclass(frozen=True)
+class Plan:
+    """What stands for a Dockerfile's FROM: the host's system, or a root file system."""
+
+    base: Base | None = None
+    spec: RootfsSpec | None = None
+    problem: str | None = None
+    """`FROM ...: why` when no root file system stands in for the image."""
+
+    def key(self) -> str:
+        return self.spec.key() if self.spec else ("host" if self.problem is None else "none")
+
+
+def apt_packages(text: str) -> tuple[str, ...]:
+    """The packages `apt-get install` lines of a Dockerfile or script name (variables and
+    flags left out, `=VERSION` dropped): a base image's root file system includes them."""
+    found = set()
+    for m in _APT_INSTALL.finditer(text.replace("\\\n", " ")):
+        for word in m.group(1).split():
+            if word.startswith("-") or "$" in word or not re.fullmatch(r"[a-z0-9][\w.+:=-]*", word):
+                continue
+            found.add(word.split("=", 1)[0].split(":", 1)[0])
+    return tuple(sorted(found))
+
+
+def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
+    """The base the Dockerfile `text` starts from, as `options` ask (`base=host`: the host's)."""
+    if options.base == "host":
+        return Plan()
+    variables: dict[str, str] = {}
+    froms: list[str] = []
+    for word, args in _instructions(text):
+        if word == "ARG" and not froms:  # an ARG before the first FROM serves FROM lines
+            variables.update(_pairs(args))
+        elif word == "FROM":
+            froms.append(_expand(args, variables))
+    name, stages = final_base(froms)
+    if name.lower() in ("host", ""):  # skyrl's older task form (no Dockerfile)
+        return Plan()
+    base = base_for(name)
+    if base is None:
+        return Plan(
+            problem=f"FROM {name}: no root file system here stands in for the base image "
+            f"{name} (the known base images are in the table of docs/environments.md; "
+            f"env.kwargs.base=host runs the task on this machine's own system instead)"
+        )
+    test_sh = task_dir / "tests" / "test.sh"
+    verifier = test_sh.read_text(errors="replace") if test_sh.is_file() else ""
+    extra = {*apt_packages(text), *apt_packages(verifier)}
+    for other in stages:  # the tools of earlier stages (a golang build stage) are there too
+        known = base_for(other)
+        extra |= set(known.spec().packages) if known else set()
+    return Plan(base, spec_of(base, tuple(sorted(extra))))
+
+
+def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Image) -> None:
+    """Put the base image's root file system under the build sandbox and its conventions
+    (`/usr/local`, shims, ENV, WORKDIR) into the layer; a problem when it cannot be built."""
+    base, spec = plan_.base, plan_.spec
+    if base is None or spec is None:
+        return
+    log: list[str] = []
+    try:
+        system = ensure_rootfs(spec, network=options.network, log=log)
+    except RootfsError as e:
+        image.problems.append(
+            f"FROM {base.image}: {e}"
+            + (
+                ""
+                if options.network
+                else " (allow it with --build-network, or env.kwargs.build_network=true)"
+            )
+        )
+        image.transient = True
+        return
+    image.system_root = str(system)
+    sandbox.system_root = system
+    sandbox.network = options.network
+    root = sandbox.workdir / "root"
+    local = system / "usr" / "local"
+    if local.is_dir():
+        shutil.copytree(local, _safe_target(root, "/usr/local"), symlinks=True)
+    if not os.path.lexists(system / "etc" / "hosts"):  # a mount point for `own_hosts`
+        _safe_target(root, "/etc").mkdir(parents=True, exist_ok=True)
+        _safe_target(root, "/etc/hosts").write_text("127.0.0.1\tlocalhost\n")
+    for inner in ("/usr/local", *base.dirs):
+        _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
+    for inner, target in base.links:
+        link = _safe_target(root, inner)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(link):
+            os.symlink(target, link)
+    for inner, text in base.scripts:
+        path = _safe_target(root, inner)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    image.env.update(dict(base.env))
+    if base.workdir != "/":
+        image.workdir = base.workdir
+
+
+def _build(
+    task_dir: Path, text: str, digest: str, sandbox: Sandbox, options: BuildOptions | None = None
+) -> Image:
     """Build into sandbox.workdir/root (the caller caches it and closes the sandbox)."""
+    options = options or BuildOptions()
     image = Image(digest=digest)
     context = task_dir / "environment"
     variables: dict[str, str] = {}
@@ -606,8 +785,16 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
     root.mkdir()
     if sandbox.backend != "bwrap":
         image.problems.append(NO_BWRAP)
+        image.transient = True
         return image
     sandbox.mount_workdir = False
+    start = plan(task_dir, text, options)
+    if start.problem:
+        image.problems.append(start.problem)
+        return image
+    _start_from(start, options, sandbox, image)
+    if image.problems:
+        return image
     too_big = _check_context(context) if context.is_dir() else None
     if too_big:
         image.problems.append(f"COPY: {too_big}")
@@ -632,7 +819,7 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
             if why:
                 image.problems.append(f"{step}: {why}")
         elif word == "RUN":
-            why = _run_step(sandbox, root, image, args)
+            why = _run_step(sandbox, root, image, args, options)
             if why:
                 image.problems.append(f"{step}: {why}")
         elif word in ("ENTRYPOINT", "CMD"):
@@ -659,20 +846,33 @@ def _build(task_dir: Path, text: str, digest: str, sandbox: Sandbox) -> Image:
     return image
 
 
-def _prepare_run(sandbox: Sandbox, root: Path, image: Image) -> None:
+def _prepare_run(sandbox: Sandbox, root: Path, image: Image, network: bool = False) -> None:
     for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
     usual_dirs(root)
     chown_tree(root, sandbox.uid)
-    sandbox.view = [*layer_view(root), *own_hosts(sandbox), *kit_view()]
+    base = image.system_root or "/"
+    sandbox.view = [*layer_view(root, base), *own_hosts(sandbox), *kit_view(base)]
     sandbox.inner_workdir = image.workdir
     sandbox.env = episode_env(image)
+    if network:  # a build with the registries: pip and uv reach their indexes, as in Docker
+        for key in ("PIP_NO_INDEX", "UV_OFFLINE", "UV_NO_INDEX"):
+            sandbox.env.pop(key, None)
+        if base != "/":  # the host's name service and CA bundle, over a layer's own /etc too
+            sandbox.view += [
+                arg
+                for f in HOST_TRUST
+                if f != "/etc/hosts" and os.path.exists(f) and os.path.exists(_on(base, f))
+                for arg in ("--ro-bind", f, f)
+            ]
 
 
-def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | None:
+def _run_step(
+    sandbox: Sandbox, root: Path, image: Image, args: str, options: BuildOptions
+) -> str | None:
     form = _words(args)
     command = form if form is not None else ["/bin/sh", "-c", args]
-    _prepare_run(sandbox, root, image)
+    _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
     result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
     sandbox.kill_all()
     if result.returncode == 0:
@@ -685,7 +885,12 @@ def _run_step(sandbox: Sandbox, root: Path, image: Image, args: str) -> str | No
         else (f"failed here (exit {result.returncode}, no output)")
     )
     if _OFFLINE.search(f"{result.stdout}\n{result.stderr}"):
-        why += " (the build sandbox has no network, so nothing can be downloaded at build time)"
+        why += (
+            " (the build sandbox has no network, so nothing can be downloaded at build time; "
+            "--build-network allows it)"
+            if not sandbox.network
+            else " (a download failed although the build had the network)"
+        )
     return why
 
 
@@ -695,6 +900,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     probe_root = sandbox.workdir / "probe"
     shutil.copytree(root, probe_root, symlinks=True)
     _prepare_run(sandbox, probe_root, image)
+    sandbox.network = False
     probe = [*image.entrypoint, "/bin/sh", "-c", f"sleep {PROBE_S}"]
     result = sandbox.run(probe, timeout=PROBE_S + 30)
     sandbox.kill_all()
@@ -724,23 +930,24 @@ def _culprit(text: str) -> str:
 
 
 @functools.cache
-def _built(task_dir: str, digest: str) -> Image:
-    return _load_or_build(Path(task_dir), digest)
+def _built(task_dir: str, digest: str, options: BuildOptions = BuildOptions()) -> Image:
+    return _load_or_build(Path(task_dir), digest, options)
 
 
-def _load_or_build(task_dir: Path, digest: str) -> Image:
+def _load_or_build(task_dir: Path, digest: str, options: BuildOptions = BuildOptions()) -> Image:
     folder = cache_root() / "images" / digest
     meta = folder / "image.json"
     if meta.is_file():
         data = json.loads(meta.read_text())
-        if NO_BWRAP not in data.get("problems", []):
+        system = data.get("system_root", "")
+        if NO_BWRAP not in data.get("problems", []) and (not system or os.path.isdir(system)):
             return Image(**{**data, "layer": str(folder / "layer")})
-        shutil.rmtree(folder, ignore_errors=True)  # left by a build before bwrap was installed
+        shutil.rmtree(folder, ignore_errors=True)  # built before bwrap, or its base is gone
     text = dockerfile_of(task_dir)
     sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
     try:
-        image = _build(task_dir, text, digest, sandbox)
-        if NO_BWRAP in image.problems:  # about this host, not the task: never cached
+        image = _build(task_dir, text, digest, sandbox, options)
+        if image.transient:  # about this host's state, not the task: never cached
             return image
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{digest}-"))
@@ -757,14 +964,21 @@ def _load_or_build(task_dir: Path, digest: str) -> Image:
     return Image(**{**data, "layer": str(folder / "layer")})
 
 
-def image(task_dir: Path) -> Image:
-    """The task's image: built on first use (cached on disk by digest), with the verifier's
-    downloads provisioned; `problems` lists what could not be honoured."""
+def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
+    """The task's image: built on first use (cached on disk by digest, the options and the
+    base's root file system part of it), with the verifier's downloads provisioned;
+    `problems` lists what could not be honoured. `options`: default `BuildOptions.from_kwargs()`."""
+    options = options or BuildOptions.from_kwargs()
     task_dir = Path(task_dir).resolve()
     text = dockerfile_of(task_dir)
     test_sh = task_dir / "tests" / "test.sh"
-    extra = provision(test_sh.read_text(errors="replace") if test_sh.is_file() else "")
-    built = _built(str(task_dir), _context_digest(task_dir, text))  # RUN uses the kit's shims
+    verifier = test_sh.read_text(errors="replace") if test_sh.is_file() else ""
+    start = plan(task_dir, text, options)
+    uses_uv = start.base is not None and any(p.endswith("/uv") for p, _ in start.base.scripts)
+    extra = provision(verifier + ("\nuv\n" if uses_uv else ""))  # the uv image's uv: the kit's
+    salt = f"{_context_digest(task_dir, text)}\0{start.key()}\0{options.network}"
+    digest = hashlib.sha256(salt.encode()).hexdigest()[:32]
+    built = _built(str(task_dir), digest, options)  # RUN uses the kit's shims
     if extra:
         built = Image(**{**asdict(built), "problems": [*built.problems, *extra]})
     return built

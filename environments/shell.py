@@ -109,10 +109,16 @@ class ShellEnv(gym.Env):
         format_penalty: float = 0.1,
         timeout_s: float | None = None,
         limits: Limits | None = None,
+        build_network: bool | str = False,
+        base: str | None = None,
         **kwargs: Any,
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
-        folder, replaces the task passed to (or drawn by) `reset`."""
+        folder, replaces the task passed to (or drawn by) `reset`; `build_network` lets image
+        builds (RUN, a base image's root file system) use the network; `base=host` makes
+        this machine's own system every task's FROM (default `$SKYRL_HARBOR_BASE`, else
+        `image`: the base image's root file system)."""
+        self.harbor_options = harbor.BuildOptions.from_kwargs(build_network, base)
         self.max_turns = text_env.turn_limit(max_turns)
         self.format_penalty = format_penalty
         """Subtracted from the verifier's reward when the episode ends without <submit/>."""
@@ -171,7 +177,7 @@ class ShellEnv(gym.Env):
             if problem is not None:
                 raise ValueError(problem)
         else:
-            img = harbor.image(folder)
+            img = harbor.image(folder, self.harbor_options)
             line = harbor.preflight_line(task.id, img)
             if line is not None:
                 raise ValueError(line)

@@ -22,6 +22,7 @@ Environment tasks (accuracy; pass@k with --n-samples):
   skyrl eval --model runs/<id>/checkpoints/step-000010 --split test --n-samples 8
   skyrl eval --env sql --model openai:gpt-4o-mini@https://api.openai.com/v1
   skyrl eval --env shell --agent oracle --tasks path/to/harbor-tasks   # each should score 1
+  skyrl eval --env shell --agent oracle --tasks DIR --build-network   # base images built here
 
 \b
 SWE-bench-format suites (resolved rate, predictions.jsonl):
@@ -99,8 +100,9 @@ def eval_(
         bool,
         typer.Option(
             "--build-network/--no-build-network",
-            help="SWE: environment builds may reach the package index and the Debian mirror "
-            "(off: offline, from --pip-find-links and what is cached).",
+            help="SWE and --env shell: environment builds may reach the package index and the "
+            "Debian mirror (a Harbor task's RUN steps and its base image's root file system; "
+            "off: offline, from --pip-find-links and what is cached).",
         ),
     ] = False,
     pip_index: Annotated[
@@ -180,7 +182,9 @@ def eval_(
         from skyrl_cli.eval_oracle import harbor_tasks, run_reference_agent
 
         sets = dict(s.split("=", 1) for s in (set_ or []) if s.startswith("env.kwargs."))
-        kwargs = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
+        kwargs: dict[str, object] = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
+        if build_network:
+            kwargs["build_network"] = True
         summary = _guarded(
             lambda: run_reference_agent(agent, *harbor_tasks(tasks, split), kwargs, output)
         )

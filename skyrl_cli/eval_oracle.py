@@ -69,14 +69,15 @@ def run_reference_agent(
     for name, why in skipped.items():
         results[name] = {"reward": None, "not_run": why}
         print(f"{name}: not run ({why}).")
-    for task in tasks:
-        line = harbor.preflight_line(task.id, harbor.image(Path(task.metadata["task_dir"])))
-        if line is not None:
-            blocked[task.id] = line
-            print(f"pre-flight: {line}")
     BUILTINS["shell"].check(sets)  # env.kwargs as train checks them: one sentence, no traceback
     env = ShellEnv(**sets)
     try:
+        for task in tasks:
+            img = harbor.image(Path(task.metadata["task_dir"]), env.harbor_options)
+            line = harbor.preflight_line(task.id, img)
+            if line is not None:
+                blocked[task.id] = line
+                print(f"pre-flight: {line}")
         for task in tasks:
             if task.id in blocked:
                 results[task.id] = {"reward": None, "not_run": blocked[task.id]}

@@ -34,6 +34,10 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Harbor tasks run on this machine's own system: a base image's Debian root file system
+# needs the Debian mirror, which tests never reach (tests/environments/test_harbor_base.py
+# runs tasks over a small root file system it makes, with this unset)
+os.environ.setdefault("SKYRL_HARBOR_BASE", "host")
 
 # The files that take longest (the CI log's --durations), longest first. `make pytest` hands
 # whole files to two xdist workers in collection order (--no-loadscope-reorder; xdist's own

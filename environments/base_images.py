@@ -1,0 +1,242 @@
+"""Which Debian root file system stands in for a Dockerfile's `FROM` image.
+
+A Harbor task's Dockerfile starts `FROM` an image from a registry (`python:3.12-slim`,
+`golang:1.22`, ...). Without a container runtime, `environments.harbor` builds a Debian root
+file system from Debian's packages instead (`environments.rootfs`) and adds what makes the
+image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a `pip` in
+`/usr/local/bin` as the official python image has). `base_for(name)` reads `TABLE`:
+
+| image                                   | Debian release                  | packages added               |
+|-----------------------------------------|---------------------------------|------------------------------|
+| `debian:bookworm`, `12`, `*-slim`       | bookworm                        |                              |
+| `debian:bullseye`, `11`                 | bullseye                        |                              |
+| `debian:trixie`, `13`, `latest`, none   | trixie                          |                              |
+| `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       |                              |
+| `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       |                              |
+| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         |                              |
+| `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
+| `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
+| `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
+| `golang:*`                              | trixie (Go 1.24)                | golang-go, gcc, git, make    |
+| `node:18*`                              | bookworm (Node 18)              | nodejs, npm, git             |
+| `node:*`                                | trixie (Node 20)                | nodejs, npm, git             |
+| `rust:*`                                | trixie (Rust 1.85)              | rustc, cargo, gcc, git       |
+| `ghcr.io/astral-sh/uv:*-<release>*`     | the tag's release, its Python   | python3, pip, venv, kit's uv |
+| `buildpack-deps:*`                      | the tag's release               | build-essential, git, curl   |
+
+Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` and
+`public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
+release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
+(`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
+build tools of their buildpack-deps base. Every root file system also holds `BASE_PACKAGES`,
+the tools the offline verifier kit needs (`curl` for its shim, `python3` for its uv).
+An image the table does not know (Alpine, a private image) is a one-sentence pre-flight
+reason naming it; `env.kwargs.base=host` runs such a task on this machine's own system.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from environments.rootfs import RootfsSpec
+
+__all__ = ["BASE_PACKAGES", "Base", "base_for", "final_base", "spec_of"]
+
+BASE_PACKAGES = ("ca-certificates", "curl", "python3")
+"""In every root file system: the offline kit's `curl` shim calls the real curl, its uv
+runs on `/usr/bin/python3`, and a networked build reaches HTTPS registries."""
+PYTHON = ("python3", "python3-pip", "python3-venv")
+BUILD_TOOLS = ("build-essential", "git", "curl", "wget", "procps")
+"""What the non-slim official images inherit from buildpack-deps."""
+RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
+NEWEST = "trixie"
+MIRRORS = r"^(docker\.io/|index\.docker\.io/|registry-1\.docker\.io/|mirror\.gcr\.io/|public\.ecr\.aws/docker/)"
+"""Registry prefixes that name Docker Hub's own images (`public.ecr.aws/docker/library/x`)."""
+PIP_SHIM = '#!/bin/sh\nexec /usr/bin/python3 -m pip "$@"\n'
+UV_SHIM = '#!/bin/sh\nexec "$(ls -d /.skyrl-offline/uv/* | tail -1)/uv" "$@"\n'
+UVX_SHIM = '#!/bin/sh\nexec "$(ls -d /.skyrl-offline/uv/* | tail -1)/uvx" "$@"\n'
+"""The uv images' `uv`: the offline kit's (fetched from PyPI, as for verifiers)."""
+
+
+@dataclass(frozen=True)
+class Base:
+    """What stands in for one base image."""
+
+    image: str
+    """The image as the Dockerfile names it (normalised: no registry prefix, a tag)."""
+    release: str
+    packages: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str = "/"
+    links: tuple[tuple[str, str], ...] = ()
+    """(path, target): symlinks the image has (`/usr/local/bin/python` -> python3)."""
+    scripts: tuple[tuple[str, str], ...] = ()
+    """(path, text): small executables the image has (`/usr/local/bin/pip`)."""
+    dirs: tuple[str, ...] = ()
+    note: str = field(default="", compare=False)
+    """How it differs from the real image (a Python version), for the build log."""
+
+    def spec(self) -> RootfsSpec:
+        return RootfsSpec(self.release, tuple(sorted({*BASE_PACKAGES, *self.packages})))
+
+
+def _release_in(tag: str) -> str | None:
+    """The Debian release a tag names (`3.12-slim-bookworm` -> bookworm), or None."""
+    for name in RELEASES:
+        if re.search(rf"(^|[-.]){name}($|[-.])", tag):
+            return name
+    return None
+
+
+def _python(image: str, version: str, tag: str, release: str | None) -> Base:
+    by_version = {
+        "3.7": "bullseye",
+        "3.8": "bullseye",
+        "3.9": "bullseye",
+        "3.10": "bookworm",
+        "3.11": "bookworm",
+    }
+    chosen = release or by_version.get(version, NEWEST)
+    debian_py = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}[chosen]
+    slim = "slim" in tag
+    return Base(
+        image=image,
+        release=chosen,
+        packages=PYTHON + (() if slim else (*BUILD_TOOLS, "python3-dev")),
+        env=(("PIP_BREAK_SYSTEM_PACKAGES", "1"), ("LANG", "C.UTF-8")),
+        links=(
+            ("/usr/local/bin/python", "/usr/bin/python3"),
+            ("/usr/local/bin/python3", "/usr/bin/python3"),
+        ),
+        scripts=(("/usr/local/bin/pip", PIP_SHIM), ("/usr/local/bin/pip3", PIP_SHIM)),
+        note=""
+        if debian_py == version
+        else f"Python {debian_py} (Debian {chosen}'s) for {version}",
+    )
+
+
+def base_for(name: str) -> Base | None:
+    """What stands in for the image `name` (`python:3.12-slim`, `docker.io/library/debian`),
+    or None when the table does not know it."""
+    ref = re.sub(r"@sha256:[0-9a-f]+$", "", name.strip().lower())
+    ref = re.sub(MIRRORS, "", ref)  # Docker Hub and its public mirrors
+    ref = ref.removeprefix("library/")
+    repo, tag = ref.rsplit(":", 1) if ":" in ref.rsplit("/", 1)[-1] else (ref, "latest")
+    image = f"{repo}:{tag}"
+    named = _release_in(tag)
+    if repo == "debian":
+        by_number = {v: k for k, v in RELEASES.items()}
+        number = re.match(r"(\d+)", tag)
+        release = named or (by_number.get(number.group(1)) if number else None)
+        if release is None and re.fullmatch(r"(latest|stable)(-slim)?", tag):
+            release = NEWEST
+        return Base(image, release) if release else None
+    if repo == "ubuntu":
+        if re.match(r"(20\.04|focal)", tag):
+            release = "bullseye"
+        elif re.match(r"(22\.04|jammy)", tag):
+            release = "bookworm"
+        else:
+            release = NEWEST
+        return Base(image, release, note=f"Debian {release} is the nearest Debian to {image}")
+    if repo == "python":
+        m = re.match(r"(3(?:\.\d+)?)", tag)
+        if tag in ("latest", "slim") or (m and m.group(1) == "3"):
+            return _python(image, "3.13", tag, named)
+        if m is None or "alpine" in tag or "windows" in tag:
+            return None
+        version = ".".join(m.group(1).split(".")[:2])
+        return _python(image, version, tag, named)
+    if repo == "golang":
+        if "alpine" in tag:
+            return None
+        return Base(
+            image,
+            named or NEWEST,
+            packages=("golang-go", "gcc", "libc6-dev", "make", "pkg-config", "git"),
+            env=(
+                ("GOPATH", "/go"),
+                ("GOTOOLCHAIN", "local"),
+                (
+                    "PATH",
+                    "/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                ),
+            ),  # fmt: skip # the image's own PATH, whole
+            workdir="/go",
+            links=(("/usr/local/go", "/usr/lib/go"),),
+            dirs=("/go/bin", "/go/src"),
+            note="Go is Debian's (1.24 in trixie)",
+        )
+    if repo == "node":
+        if "alpine" in tag:
+            return None
+        release = named or ("bookworm" if re.match(r"18(\D|$)", tag) else NEWEST)
+        extra = () if "slim" in tag else BUILD_TOOLS
+        return Base(
+            image, release, packages=("nodejs", "npm", "git", *extra), note="Node is Debian's"
+        )
+    if repo == "rust":
+        if "alpine" in tag:
+            return None
+        return Base(
+            image,
+            named or NEWEST,
+            packages=("rustc", "cargo", "gcc", "libc6-dev", "git"),
+            env=(
+                ("CARGO_HOME", "/usr/local/cargo"),
+                (
+                    "PATH",
+                    "/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                ),
+            ),  # fmt: skip # the image's own PATH, whole
+            dirs=("/usr/local/cargo/bin",),
+            note="Rust is Debian's (1.85 in trixie)",
+        )
+    if repo == "ghcr.io/astral-sh/uv":
+        m = re.search(r"python(3\.\d+)", tag)
+        if m is None or "alpine" in tag:
+            return None
+        py = _python(image, m.group(1), tag, named)
+        return Base(
+            image,
+            py.release,
+            packages=py.packages,
+            env=py.env,
+            links=py.links,
+            scripts=(*py.scripts, ("/usr/local/bin/uv", UV_SHIM), ("/usr/local/bin/uvx", UVX_SHIM)),
+            note=py.note,
+        )
+    if repo == "buildpack-deps":
+        release = named or NEWEST
+        return Base(image, release, packages=BUILD_TOOLS)
+    return None
+
+
+def _from_words(args: str) -> tuple[str, str | None]:
+    """(image, stage name) of a FROM's arguments (`--platform=... img AS name`)."""
+    words = [w for w in args.split() if not w.startswith("--")]
+    image = words[0] if words else ""
+    name = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
+    return image, name
+
+
+def final_base(froms: list[str]) -> tuple[str, list[str]]:
+    """The image the last stage starts from (a stage named earlier resolves to its own image)
+    and the images of every stage, given each FROM's arguments (variables expanded)."""
+    stages: dict[str, str] = {}
+    images: list[str] = []
+    image = ""
+    for args in froms:
+        image, name = _from_words(args)
+        image = stages.get(image.lower(), image)
+        images.append(image)
+        if name:
+            stages[name.lower()] = image
+    return image, images
+
+
+def spec_of(base: Base, extra: tuple[str, ...] = ()) -> RootfsSpec:
+    """The root file system of `base` with `extra` packages (apt-get install lines)."""
+    spec = base.spec()
+    return RootfsSpec(spec.release, tuple(sorted({*spec.packages, *extra})))

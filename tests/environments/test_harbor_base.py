@@ -1,0 +1,266 @@
+"""A Harbor task's `FROM` image stood in for by a Debian root file system: the table of base
+images, an unknown image named in one pre-flight sentence, and a task whose build step and
+oracle run inside the root file system, not on the host.
+
+No test reaches the Debian mirror: the root file system here is FAKE, a small tree this
+module makes from a few of the host's programs and their libraries (plus a marker file no
+host has), put where `environments.rootfs.ensure_rootfs` looks for the spec the table gives,
+so it is found there and mmdebstrap is never run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from environments import harbor
+from environments.base_images import base_for, final_base
+from environments.rootfs import ROOTFS_DIR_ENV, rootfs_dir
+from environments.sandbox import bwrap_available
+from environments.shell import ShellEnv
+from tasks.harbor import load_harbor_task
+
+MARKER = "/etc/skyrl-fake-root"
+PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "rm", "cp",
+            "chmod", "sleep", "id", "grep", "kill", "dirname", "touch", "true", "wc")  # fmt: skip # a list
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+@pytest.mark.parametrize(
+    ("image", "release", "packages"),
+    [
+        ("debian:bookworm", "bookworm", ()),
+        ("debian:12", "bookworm", ()),
+        ("debian:bookworm-slim", "bookworm", ()),
+        ("docker.io/library/debian:12-slim", "bookworm", ()),
+        ("public.ecr.aws/docker/library/ubuntu:24.04@sha256:0d39", "trixie", ()),
+        ("python:3.12-slim@sha256:adc0", "trixie", ("python3-pip",)),
+        ("debian:bullseye", "bullseye", ()),
+        ("debian:11", "bullseye", ()),
+        ("ubuntu:22.04", "bookworm", ()),
+        ("ubuntu:24.04", "trixie", ()),
+        ("python:3.11", "bookworm", ("python3", "python3-pip", "python3-venv")),
+        ("python:3.11-slim", "bookworm", ("python3", "python3-pip", "python3-venv")),
+        ("python:3.11-slim-bookworm", "bookworm", ("python3-pip",)),
+        ("python:3.9-slim", "bullseye", ("python3-pip",)),
+        ("python:3.13", "trixie", ("python3-pip",)),
+        ("python:3.12-slim-bookworm", "bookworm", ("python3-pip",)),
+        ("golang:1.22", "trixie", ("golang-go",)),
+        ("node:20-slim", "trixie", ("nodejs", "npm")),
+        ("rust:1.80", "trixie", ("rustc", "cargo")),
+        ("ghcr.io/astral-sh/uv:python3.12-bookworm-slim", "bookworm", ("python3",)),
+    ],
+)
+def test_the_table_maps_common_base_images(image, release, packages):
+    base = base_for(image)
+    assert base is not None, image
+    assert base.release == release
+    assert set(packages) <= set(base.spec().packages)
+
+
+def test_python_images_have_python_and_a_pip_that_installs():
+    base = base_for("python:3.11-slim")
+    assert base is not None
+    assert ("/usr/local/bin/python", "/usr/bin/python3") in base.links
+    assert "/usr/local/bin/pip" in dict(base.scripts)
+    assert ("PIP_BREAK_SYSTEM_PACKAGES", "1") in base.env
+    golang = base_for("golang:1.22-bookworm")
+    assert golang is not None and golang.release == "bookworm" and golang.workdir == "/go"
+
+
+@pytest.mark.parametrize("image", ["alpine:3.20", "python:3.12-alpine", "example.com/own:1"])
+def test_the_table_knows_no_other_images(image):
+    assert base_for(image) is None
+
+
+def test_stages_and_platforms():
+    froms = ["--platform=linux/amd64 golang:1.22 AS build", "build AS test", "python:3.11-slim"]
+    assert final_base(froms) == (
+        "python:3.11-slim",
+        ["golang:1.22", "golang:1.22", "python:3.11-slim"],
+    )
+    assert final_base(["golang:1.22 AS build", "build"])[0] == "golang:1.22"
+
+
+# ---------------------------------------------------------------------------- the sandbox
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="root file systems need bubblewrap")
+
+
+def _fake_rootfs(target: Path) -> None:
+    """A tiny root file system: PROGRAMS of the host with their libraries, and MARKER."""
+    files: set[str] = set()
+    for name in PROGRAMS:
+        path = shutil.which(name, path="/usr/bin:/bin")
+        assert path, name
+        files.add(os.path.realpath(path))
+        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            for word in line.split():
+                if word.startswith("/"):
+                    files.add(word)
+                    files.add(os.path.realpath(word))
+    for name in ("bin", "lib", "lib64", "sbin"):  # merged /usr, as Debian's
+        os.symlink(f"usr/{name}", target / name)
+    for path in sorted(files):
+        rel = path.lstrip("/")
+        for top in ("bin/", "lib/", "lib64/", "sbin/"):
+            if rel.startswith(top):
+                rel = "usr/" + rel
+        dest = target / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    usr_bin = target / "usr" / "bin"
+    for name in PROGRAMS:  # under the names the scripts use
+        real = usr_bin / Path(os.path.realpath(shutil.which(name, path="/usr/bin:/bin"))).name
+        if not (usr_bin / name).exists():
+            os.symlink(real.name, usr_bin / name)
+    for name in ("bin", "lib", "share"):  # an empty /usr/local, as Debian's
+        (target / "usr" / "local" / name).mkdir(parents=True)
+    (target / "etc").mkdir()
+    (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (target / MARKER.lstrip("/")).write_text("fake bookworm\n")
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+
+
+@pytest.fixture()
+def fake_root(monkeypatch):
+    """Image and rootfs caches in the temp dir (sandbox uids must reach them) and a fake
+    bookworm root file system where the table's spec for `debian:bookworm` is looked up;
+    the host fallback the rest of the suite asks for is off."""
+    top = Path(tempfile.mkdtemp(prefix="skyrl-harbor-base-"))
+    top.chmod(0o755)
+    monkeypatch.setenv("SKYRL_HARBOR_CACHE", str(top / "cache"))
+    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top / "rootfs"))
+    monkeypatch.delenv(harbor.BASE_ENV, raising=False)
+    base = base_for("debian:bookworm")
+    assert base is not None
+    target = rootfs_dir(base.spec())
+    target.mkdir(parents=True)
+    _fake_rootfs(target)
+    harbor._built.cache_clear()
+    yield target
+    harbor._built.cache_clear()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+TEST_SH = """#!/bin/bash
+ok=1
+[ "$(cat /app/from-run)" = "fake bookworm" ] || ok=0
+[ "$(cat /app/from-oracle)" = "fake bookworm" ] || ok=0
+[ -e /usr/bin/python3 ] && ok=0
+[ -e /etc/debian_version ] && ok=0
+[ "$(cat /usr/local/share/kept)" = "fake bookworm" ] || ok=0
+echo $ok > /logs/verifier/reward.txt
+"""
+
+
+def _task(root: Path, dockerfile: str):
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+    (root / "instruction.md").write_text("Do it.")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 20.0\n')
+    (root / "tests").mkdir()
+    (root / "tests" / "test.sh").write_text(TEST_SH)
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\ncat {MARKER} > /app/from-oracle\n")
+    return load_harbor_task(root)
+
+
+def test_run_and_oracle_run_inside_the_base_images_root(tmp_path, fake_root):
+    """FROM debian:bookworm: the RUN step and the oracle see the fake root's /etc and /usr
+    (its marker; no python3, no /etc/debian_version, which the host has), so the verifier
+    scores 1 there; on the host's system it would score 0. What RUN writes in /usr/local
+    (where pip installs) is the image's."""
+    assert Path("/usr/bin/python3").exists() and Path("/etc/debian_version").exists()
+    task = _task(
+        tmp_path / "t",
+        f"FROM debian:bookworm AS final\nWORKDIR /app\nRUN cat {MARKER} > from-run\n"
+        f"RUN mkdir -p /usr/local/share && cat {MARKER} > /usr/local/share/kept\n",
+    )
+    img = harbor.image(Path(task.metadata["task_dir"]))
+    assert img.problems == [] and img.system_root == str(fake_root)
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        env.run_oracle()
+        _, reward, _, _, info = env.step("<submit/>")
+        assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]["output"]
+    finally:
+        env.close()
+
+
+def test_an_unknown_base_image_is_one_preflight_sentence(tmp_path, fake_root):
+    task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
+    img = harbor.image(Path(task.metadata["task_dir"]))
+    line = harbor.preflight_line("t", img)
+    assert line is not None and line.count(". ") == 0 and "\n" not in line
+    assert "alpine:3.20" in line and "docs/environments.md" in line, line
+
+
+def test_a_base_not_built_yet_names_the_flag(tmp_path, fake_root):
+    """Offline, a root file system that is not in the cache is named with the flag that
+    allows building it, and nothing runs on the host instead."""
+    task = _task(tmp_path / "t", "FROM python:3.13-slim\nWORKDIR /app\n")
+    line = harbor.preflight_line("t", harbor.image(Path(task.metadata["task_dir"])))
+    assert line is not None and "--build-network" in line and "trixie" in line, line
+
+
+def test_the_host_fallback_is_asked_for(tmp_path, fake_root, monkeypatch):
+    """With the host fallback asked for, FROM is this machine's system again."""
+    monkeypatch.setenv(harbor.BASE_ENV, "host")
+    task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
+    img = harbor.image(Path(task.metadata["task_dir"]))
+    assert img.problems == [] and img.system_root == ""
+
+
+def _outside_interfaces() -> int:
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return sum(1 for line in lines if not line.strip().startswith("lo:"))
+
+
+@pytest.mark.skipif(_outside_interfaces() == 0, reason="this machine has no network interface")
+def test_build_network_gives_run_the_hosts_network(tmp_path, fake_root):
+    """`skyrl eval ... --build-network`: the RUN step shares the host's network (it sees the
+    host's interfaces; it sends nothing), the episode does not; without the flag the build
+    has only its own loopback. The real command, the fake root as before."""
+    count = "grep -vc -e 'lo:' -e '|' /proc/net/dev"
+    test_sh = (
+        "#!/bin/bash\n"
+        f'[ "$(cat /app/build-ifaces)" -gt 0 ] && [ "$({count})" = 0 ] && echo 1 > '
+        "/logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    _task(
+        tmp_path / "tasks" / "net",
+        f"FROM debian:12\nWORKDIR /app\nRUN ({count} || true) > build-ifaces\n",
+    )
+    (tmp_path / "tasks" / "net" / "tests" / "test.sh").write_text(test_sh)
+    cmd = [sys.executable, "-m", "skyrl_cli.main", "eval", "--env", "shell", "--agent", "oracle"]
+    cmd += ["--tasks", str(tmp_path / "tasks"), "--no-tracking"]
+    for flag, want in (
+        ("--no-build-network", "net: reward 0"),
+        ("--build-network", "net: reward 1"),
+    ):
+        done = subprocess.run([*cmd, flag], capture_output=True, text=True, timeout=300)
+        assert want in done.stdout, done.stdout + done.stderr
+
+
+def test_an_unknown_base_is_refused_by_the_shell_env(tmp_path, fake_root):
+    """`reset` refuses a task whose base image the table does not know (one sentence), and
+    `env.kwargs.base` takes only the names it knows."""
+    task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
+    env = ShellEnv(timeout_s=20)
+    with pytest.raises(ValueError, match="alpine:3.20"):
+        env.reset(options={"task": task})
+    env.close()
+    with pytest.raises(ValueError, match="unknown Harbor base 'docker'"):
+        ShellEnv(base="docker")
