@@ -35,6 +35,7 @@ mean); `info["rewards"]` has them all. No reward file, or an invalid one, scores
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -52,6 +53,7 @@ from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import (
+    SUITE_DIR,
     agent_timeout,
     check_folder,
     load_harbor_task,
@@ -119,6 +121,9 @@ class ShellEnv(gym.Env):
         this machine's own system every task's FROM (default `$SKYRL_HARBOR_BASE`, else
         `image`: the base image's root file system)."""
         self.harbor_options = harbor.BuildOptions.from_kwargs(build_network, base)
+        self.base_chosen = base is not None or bool(os.environ.get(harbor.BASE_ENV))
+        """Whether the user chose the base; else the bundled tasks run on this machine's
+        system (they are written for it and must run offline), others on their image's."""
         self.max_turns = text_env.turn_limit(max_turns)
         self.format_penalty = format_penalty
         """Subtracted from the verifier's reward when the episode ends without <submit/>."""
@@ -177,7 +182,10 @@ class ShellEnv(gym.Env):
             if problem is not None:
                 raise ValueError(problem)
         else:
-            img = harbor.image(folder, self.harbor_options)
+            build = self.harbor_options
+            if not self.base_chosen and folder.resolve().is_relative_to(SUITE_DIR.resolve()):
+                build = dataclasses.replace(build, base="host")
+            img = harbor.image(folder, build)
             line = harbor.preflight_line(task.id, img)
             if line is not None:
                 raise ValueError(line)

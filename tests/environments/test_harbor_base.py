@@ -264,3 +264,33 @@ def test_an_unknown_base_is_refused_by_the_shell_env(tmp_path, fake_root):
     env.close()
     with pytest.raises(ValueError, match="unknown Harbor base 'docker'"):
         ShellEnv(base="docker")
+
+
+def test_the_bundled_tasks_run_on_this_machine_offline_unless_a_base_is_chosen(
+    tmp_path, monkeypatch
+):
+    """The bundled tasks (FROM debian:bookworm-slim) are written for this machine's system
+    and `skyrl train --env shell` must start offline: with no base chosen they run on the
+    host; the same folder copied elsewhere is a user's task, built over its image (offline:
+    a pre-flight sentence naming the flag)."""
+    from tasks.harbor import SUITE_DIR, load_suite
+
+    top = Path(tempfile.mkdtemp(prefix="skyrl-harbor-base-"))
+    top.chmod(0o755)
+    monkeypatch.setenv("SKYRL_HARBOR_CACHE", str(top / "cache"))
+    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top / "rootfs"))  # empty: nothing built
+    monkeypatch.delenv(harbor.BASE_ENV, raising=False)
+    harbor._built.cache_clear()
+    bundled = load_suite("train")[0]
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": bundled})  # no pre-flight error: the host stands for FROM
+        copy = tmp_path / Path(bundled.metadata["task_dir"]).name
+        shutil.copytree(Path(bundled.metadata["task_dir"]), copy)
+        assert not copy.resolve().is_relative_to(SUITE_DIR.resolve())
+        with pytest.raises(ValueError, match="--build-network"):
+            env.reset(options={"task": load_harbor_task(copy)})
+    finally:
+        env.close()
+        harbor._built.cache_clear()
+        shutil.rmtree(top, ignore_errors=True)
