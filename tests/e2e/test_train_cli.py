@@ -153,13 +153,17 @@ def _metrics(run):
 
 def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
     """Killed by SIGKILL after step 2's checkpoint, resumed: steps 3 and 4 match a run that
-    was never interrupted."""
+    was never interrupted. The overlong shaping gives the random model's groups different
+    rewards, so every step moves the weights and the resumed steps depend on the restored
+    weights and Adam moments, not only on the restored sampling state."""
     common = [
         *TINY_MATH,
         "--max-steps",
         "4",
         "--seed",
         "3",
+        "--set",
+        "algorithm.overlong_buffer=16",
         "--set",
         "trainer.checkpoint_every=2",
         "--set",
@@ -196,6 +200,7 @@ def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
     skyrl("train", "--resume", str(killed), "--ray-address", ray_address, cwd=tmp_path)
     a, b = _metrics(full), _metrics(killed)
     assert sorted(b) == [1, 2, 3, 4]
+    assert all(a[step]["grad_norm"] > 0 for step in a)  # every step updated the policy
     for step in (3, 4):
         for key in ("loss", "pg_loss", "reward/mean", "grad_norm", "entropy"):
             assert b[step][key] == pytest.approx(a[step][key], abs=1e-5), (step, key)
