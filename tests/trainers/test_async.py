@@ -51,6 +51,7 @@ trainer:
   max_steps: {STEPS}
   checkpoint_every: 4
   schedule: async
+  threads: 1  # one torch thread per process: beside other tests, no wait on oversubscribed cores
 eval:
   limit: 0
 tracking:
@@ -216,6 +217,7 @@ def test_max_staleness_zero_is_the_sync_schedule(tmp_path, ray_address):
         *("--seed", "0", "--run-name", "pin", "--set", "eval.limit=0"),
         *("--set", "tracking.enabled=false", "--ray-address", ray_address),
         *("--set", "trainer.schedule=async", "--set", "async.max_staleness=0"),
+        *("--set", "trainer.threads=1"),  # as the pin's runs (test_refactor_pin)
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("pin-*")
@@ -236,7 +238,8 @@ def test_samples_beyond_the_bound_are_dropped_or_reweighted(tmp_path, ray_addres
         *("--set", "rollout.batch_size=2", "--set", "rollout.max_new_tokens=24"),
         *("--set", "trainer.schedule=async", "--set", "async.max_staleness=0"),
         *("--set", "async.rollout_batches=2", "--set", f"async.stale={stale}"),
-        *("--set", "algorithm.tis_cap=2", "--ray-address", ray_address),
+        *("--set", "algorithm.tis_cap=2", "--set", "trainer.threads=1"),
+        *("--ray-address", ray_address),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("s-*")
