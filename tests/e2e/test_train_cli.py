@@ -167,6 +167,8 @@ def test_kill_9_then_resume_matches_uninterrupted_run(tmp_path, ray_address):
         "--set",
         "trainer.checkpoint_every=2",
         "--set",
+        "trainer.threads=1",  # one torch thread a process: no wait on oversubscribed cores
+        "--set",
         "eval.before=false",
         "--set",
         "eval.limit=0",
@@ -304,6 +306,7 @@ def test_sql_project_warms_up_trains_resumes_and_lists(tmp_path, ray_address):
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
         *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=4"),
         *("--set", "algorithm.kl_coef=0.01"),  # the reference must become the warmed-up policy
+        *("--set", "trainer.threads=1"),  # one torch thread a process: no oversubscribed cores
     ]
     first = skyrl("train", *args, "--max-steps", "1", cwd=project)
     assert "warm-up: 3 supervised steps of 4 on 306 reference answers" in first.stderr
