@@ -25,6 +25,7 @@ def test_tiny_model_learns_the_toy_task(tmp_path, ray_address):
         if f.is_file():
             shutil.copy(f, tmp_path / f.name)
     args = ["--max-steps", str(STEPS), "--set", "optim.lr=0.008", "--ray-address", ray_address]
+    args += ["--set", "trainer.threads=1"]  # one torch thread a process: no oversubscribed cores
     skyrl("train", *args, cwd=tmp_path, timeout=300)
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     rewards = [
