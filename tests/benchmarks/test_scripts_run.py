@@ -45,11 +45,13 @@ def test_env_step_benchmark_prints_a_median_per_environment(tmp_path):
 def test_learning_harness_reports_each_seed_and_the_mean_delta_from_real_runs(
     tmp_path, ray_address
 ):
-    """Two real 1-step runs (on the session's Ray cluster, as `--ray-address` lets a user
-    run the seeds on theirs): the table's rows come from each run's own eval reports."""
+    """Two real 1-step runs of 2 episodes each (on the session's Ray cluster, as
+    `--ray-address` lets a user run the seeds on theirs): the table's rows come from each
+    run's own eval reports."""
     runs, png = tmp_path / "runs", tmp_path / "curve.png"
     args = ["--env", "math", "--model", "tiny", "--seeds", "2", "--runs-dir", str(runs)]
     args += ["--set", "trainer.max_steps=1", "--set", "eval.limit=2", "--png", str(png), "--quiet"]
+    args += ["--set", "rollout.batch_size=1", "--set", "rollout.group_size=2"]
     args += ["--ray-address", ray_address]
     auth = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
     out = _run("benchmarks/learning.py", *args, home=tmp_path, env=auth)

@@ -71,6 +71,7 @@ def test_async_run_and_its_eval_report_are_pinned(tmp_path, ray_address):
         *("--set", "algorithm.name=reinforce_pp", "--set", "algorithm.overlong_buffer=16"),
         *("--set", "rollout.batch_size=2", "--set", "eval.limit=0"),
         *("--set", "tracking.enabled=false", "--ray-address", ray_address),
+        *("--set", "trainer.threads=1"),  # one torch thread a process, as test_refactor_pin's
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("pin-*")
