@@ -305,26 +305,10 @@ def _grade_checkout(
     sandboxed: bool,
 ) -> None:
     """Steps 4-7 of the module docstring (a non-empty patch), filling `result` in place."""
-    base = work.base
-    model_file = root / "model.patch"
-    model_file.write_text(result.model_patch, encoding="utf-8")
-    if not _apply(work, model_file, log):
-        result.error = "the model patch does not apply (git apply and patch --fuzz=5 failed)"
-        return
-    result.patch_applied = True
     test_files = _directives(str(instance["test_patch"]))
-    for rel in test_files:  # the official eval script: git checkout <base> <test files>
-        _remove_in_tree(work.tree, rel)
-        if work.run("cat-file", "-e", f"{base}:{rel}").returncode == 0:
-            work.git("checkout", base, "--", rel)
-    test_file = root / "test.patch"
-    test_file.write_text(str(instance["test_patch"]), encoding="utf-8")
-    proc = work.run("apply", "--verbose", "--", str(test_file))
-    log.append(
-        f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
-    )
-    if proc.returncode != 0:
-        result.error = "the test patch does not apply on top of the model patch"
+    if not _apply_model_patch(work, root, result.model_patch, result, log):
+        return
+    if not _apply_test_patch(work, root, str(instance["test_patch"]), test_files, result, log):
         return
     output, failure = _run_tests(root / "box", test_files, timeout_s, sandboxed, env / "site")
     log.append(output)
@@ -439,27 +423,12 @@ def _official_run(
 
     root.mkdir()
     work = _Checkout(src, str(instance["base_commit"]), root)
-    if model_patch is not None:
-        model_file = root / "model.patch"
-        model_file.write_text(model_patch, encoding="utf-8")
-        if not _apply(work, model_file, log):
-            result.error = "the model patch does not apply (git apply and patch --fuzz=5 failed)"
-            return None, None
-        result.patch_applied = True
+    if model_patch is not None and not _apply_model_patch(work, root, model_patch, result, log):
+        return None, None
     test_files = modified_files(str(instance["test_patch"]))
-    for rel in test_files:  # the official eval script: git checkout <base> <test files>
+    for rel in test_files:
         check_relpath(rel, "the test_patch", argument=True)
-        _remove_in_tree(work.tree, rel)
-        if work.run("cat-file", "-e", f"{work.base}:{rel}").returncode == 0:
-            work.git("checkout", work.base, "--", rel)
-    test_file = root / "test.patch"
-    test_file.write_text(str(instance["test_patch"]), encoding="utf-8")
-    proc = work.run("apply", "--verbose", "--", str(test_file))
-    log.append(
-        f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
-    )
-    if proc.returncode != 0:
-        result.error = "the test patch does not apply on top of the model patch"
+    if not _apply_test_patch(work, root, str(instance["test_patch"]), test_files, result, log):
         return None, None
     box = root / "box"
     so.copy_env(env, box)
@@ -471,6 +440,45 @@ def _official_run(
     output, failure = so.run_tests(box, spec, directives, runtime, build, timeout_s)
     log.append(output)
     return output, failure
+
+
+def _apply_model_patch(
+    work: _Checkout, root: Path, patch: str, result: GradeResult, log: list[str]
+) -> bool:
+    """Step 4: the model patch by the official ways; False with `result.error` if none works."""
+    model_file = root / "model.patch"
+    model_file.write_text(patch, encoding="utf-8")
+    if not _apply(work, model_file, log):
+        result.error = "the model patch does not apply (git apply and patch --fuzz=5 failed)"
+        return False
+    result.patch_applied = True
+    return True
+
+
+def _apply_test_patch(
+    work: _Checkout,
+    root: Path,
+    test_patch: str,
+    test_files: list[str],
+    result: GradeResult,
+    log: list[str],
+) -> bool:
+    """Step 5: `test_files` reset to `base_commit` (the official eval script's `git
+    checkout <base> <test files>`), then the test patch; False with `result.error`."""
+    for rel in test_files:
+        _remove_in_tree(work.tree, rel)
+        if work.run("cat-file", "-e", f"{work.base}:{rel}").returncode == 0:
+            work.git("checkout", work.base, "--", rel)
+    test_file = root / "test.patch"
+    test_file.write_text(test_patch, encoding="utf-8")
+    proc = work.run("apply", "--verbose", "--", str(test_file))
+    log.append(
+        f"$ git apply --verbose test.patch  (exit {proc.returncode})\n{proc.stdout}{proc.stderr}"
+    )
+    if proc.returncode != 0:
+        result.error = "the test patch does not apply on top of the model patch"
+        return False
+    return True
 
 
 def _remove_in_tree(tree: Path, rel: str) -> None:

@@ -516,3 +516,62 @@ def test_hunk_lines_that_look_like_headers_are_content() -> None:
         " select 1;\n--- see ../../etc/passwd\n+++ /abs/too\n-*** x\n"
     )
     assert check_patch(patch, "the model patch") == ["q.sql", "q.sql", "q.sql", "q.sql"]
+
+
+@pytest.mark.skipif(
+    subprocess.run(["/usr/bin/python3", "-m", "pip", "--version"], capture_output=True).returncode
+    != 0
+    or not shutil.which("bwrap"),
+    reason="official environments are built with /usr/bin/python3's pip, under bwrap",
+)
+def test_a_rows_own_spec_runs_its_commands_only_in_the_sandbox(tmp_path: Path, monkeypatch) -> None:
+    """A row's `spec` is shell commands the harness runs (pre_install, install,
+    eval_commands, test_cmd): each one tries to write a canary in the test's temp dir, to
+    read a host secret into the log, and to write into the environment cache. None reaches
+    the host: the canaries do not exist, the secret is not in the log, the cached
+    environment is as built."""
+    top = Path(tempfile.mkdtemp(prefix="skyrl-hostile-spec-"))
+    top.chmod(0o755)
+    monkeypatch.setenv("SKYRL_CACHE_DIR", str(top / "cache"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host-secret-4711")
+    canary = tmp_path / "canary"
+
+    def attack(n: int) -> str:
+        return (
+            f"echo pwned > {canary}{n} || true; cat {secret} || true; "
+            f"touch {top}/cache/escaped{n} || true; echo pwned > /usr/local/injected{n} || true"
+        )
+
+    repo = tmp_path / "repos" / "evil__spec"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "calc.py").write_text(CALC)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    (repo / "test_calc.py").write_text(NEW_TEST)
+    _git(repo, "add", "-A")
+    test_patch = _git(repo, "diff", "--cached", base)
+    _git(repo, "reset", "-q", "--hard", base)
+    row = {
+        "instance_id": "evil__spec-1", "repo": "evil/spec", "base_commit": base,
+        "environment_setup_commit": base, "version": "1.0",
+        "patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n",
+        "test_patch": test_patch, "FAIL_TO_PASS": ["test_calc.py::test_add"], "PASS_TO_PASS": [],
+        "spec": {"python": "3.11", "pre_install": [attack(1)], "install": attack(2),
+                 "eval_commands": [attack(3)], "test_cmd": f"{attack(4)}; true"},
+    }  # fmt: skip # one row
+    result = grade(row, row["patch"], repos_dir=tmp_path / "repos")
+    try:
+        assert result.python_env == "built", (result.error, result.log[-2000:])
+        for n in (1, 2, 3, 4):
+            assert not Path(f"{canary}{n}").exists()
+            assert not (top / "cache" / f"escaped{n}").exists()
+        assert "host-secret-4711" not in result.log + result.build_log
+        assert f"cat: {secret}: No such file" in result.build_log  # the attack did run, inside
+        env_dirs = list((top / "cache" / "swe-envs" / "official").glob("evil__spec-*"))
+        assert len(env_dirs) == 1
+        assert not list((env_dirs[0] / "local").glob("injected*"))  # only the copy was written
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
