@@ -23,6 +23,7 @@ import torch
 from transformers import AutoTokenizer, DynamicCache
 
 from agents.engine import GenRequest, GenResult
+from agents.memory import keep_freed_memory
 from agents.weights import check_weights, from_pretrained, load_folder, load_weights
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -34,6 +35,7 @@ class HFEngine:
     def __init__(self, model_path: str | Path, dtype: str = "float32", threads: int = 0) -> None:
         if threads:
             torch.set_num_threads(threads)
+        keep_freed_memory()  # every decode step's tensors reuse the last step's pages
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, _DTYPES[dtype])

@@ -366,7 +366,11 @@ def entropy_from_logits(logits_N_V: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) per row: H = -sum_v p_v log p_v (tokens with p = 0, e.g. a
     -inf logit, contribute 0). Returns entropy_N.
     """
-    logp_N_V = torch.log_softmax(logits_N_V.float(), dim=-1)
+    return entropy_from_logp(torch.log_softmax(logits_N_V.float(), dim=-1))
+
+
+def entropy_from_logp(logp_N_V: torch.Tensor) -> torch.Tensor:
+    """`entropy_from_logits` from log-probabilities already computed (no second softmax)."""
     p_N_V = logp_N_V.exp()
     return -(p_N_V * torch.where(p_N_V > 0, logp_N_V, 0.0)).sum(-1)
 
