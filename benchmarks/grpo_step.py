@@ -176,6 +176,71 @@ def run_ours(model_path: str, a: argparse.Namespace) -> Result:
     return Result("skyrl", times, P * G, statistics.mean(lens))
 
 
+# -- the floor -----------------------------------------------------------------------------
+
+
+def run_floor(model_path: str, a: argparse.Namespace) -> Result:
+    """The same step in the fewest plain transformers/torch calls: the compute floor.
+
+    One model samples and trains (no second copy, no weight push), `generate` runs the
+    prompt G times, fused AdamW, the loss is the on-policy policy gradient (at ratio 1 PPO's clip is
+    inactive, so the gradient is the same), no entropy and no framework around it.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agents.chat import ChatFormat
+    from agents.memory import keep_freed_memory
+    from trainers.algorithms import grpo_advantages
+
+    keep_freed_memory()  # a floor: the allocator setting our learner and engine use
+    P, G, N = a.prompts, a.group, a.max_new_tokens
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.eval()  # no dropout, as ours
+    tok = AutoTokenizer.from_pretrained(model_path)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)
+    chat = ChatFormat(tok)  # the same prompt tokens as ours
+    prompts_P = [chat.prompt_ids([{"role": "user", "content": p}]) for p in PROMPTS[:P]]
+    times: list[float] = []
+    for step in range(a.steps + 1):
+        t0 = time.perf_counter()
+        torch.manual_seed(step)
+        loss = torch.zeros(())
+        rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+        for prompt in prompts_P:
+            ids_G_T = torch.tensor([prompt] * G)
+            with torch.inference_mode():
+                out_G_T = model.generate(
+                    ids_G_T,
+                    attention_mask=torch.ones_like(ids_G_T),
+                    do_sample=True,
+                    temperature=1.0,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=N,
+                    min_new_tokens=N,
+                    pad_token_id=tok.pad_token_id or 0,
+                )
+            rows.append((out_G_T.clone(), torch.tensor([len(prompt)])))
+        texts_P_G = [tok.batch_decode(o[:, int(n) :], skip_special_tokens=True) for o, n in rows]
+        rewards_P_G = torch.tensor([[reward(t) for t in texts] for texts in texts_P_G])
+        adv_P_G = grpo_advantages(rewards_P_G)
+        for (out_G_T, n), adv_G in zip(rows, adv_P_G, strict=True):
+            L = int(n)
+            logits_G_N_V = model(out_G_T, logits_to_keep=N + 1).logits[:, :-1].float()
+            logp_G_N = torch.log_softmax(logits_G_N_V, -1).gather(-1, out_G_T[:, L:, None])[..., 0]
+            loss = loss - (adv_G[:, None] * logp_G_N).mean() / P
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        _log_step("floor", step, dt)
+        if step:
+            times.append(dt)
+    return Result("floor", times, P * G, float(N))
+
+
 # -- TRL ---------------------------------------------------------------------------------
 
 
@@ -263,9 +328,10 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
     return Result("trl", timer.times[1:], P * G, statistics.mean(timer.lens[1:]))
 
 
-def run_trl_in_venv(a: argparse.Namespace) -> Result | None:
-    """TRL's side of `--engine vllm` in .venv-trl-vllm; None (after printing why) if it fails."""
-    python = os.path.join(TRL_VLLM_VENV, "bin", "python")
+def run_trl_in_venv(a: argparse.Namespace, python: str) -> Result | None:
+    """TRL's side in a process of its own (`python`: this interpreter, or .venv-trl-vllm's for
+    `--engine vllm`), so nothing our side set in this process (threads aside, which are passed
+    on) reaches it; None (after printing why) if it fails."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "trl.json")
         argv, skip = [], False
@@ -301,7 +367,11 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="N: tokens per completion")
     ap.add_argument("--steps", type=int, default=3, help="K: timed steps after one warm-up")
-    ap.add_argument("--only", choices=["ours", "trl"], help="run one side only")
+    ap.add_argument(
+        "--only",
+        choices=["ours", "trl", "floor"],
+        help="run one side only (floor: the same step in plain transformers calls)",
+    )
     ap.add_argument(
         "--engine",
         choices=["hf", "vllm"],
@@ -319,8 +389,14 @@ def main() -> None:
     if not 1 <= a.prompts <= len(PROMPTS):
         ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
     in_trl_venv = os.path.realpath(sys.prefix) == os.path.realpath(TRL_VLLM_VENV)
-    trl_elsewhere = a.engine == "vllm" and a.only != "ours" and not in_trl_venv
-    if trl_elsewhere and not os.path.exists(os.path.join(TRL_VLLM_VENV, "bin", "python")):
+    trl_vllm_elsewhere = a.engine == "vllm" and a.only in (None, "trl") and not in_trl_venv
+    # TRL as its users run it: in a fresh process, not after our side changed this one's
+    # malloc settings (agents/memory.py)
+    trl_elsewhere = trl_vllm_elsewhere or (a.only is None and a.engine == "hf")
+    trl_python = sys.executable
+    if a.engine == "vllm":
+        trl_python = os.path.join(TRL_VLLM_VENV, "bin", "python")
+    if trl_vllm_elsewhere and not os.path.exists(trl_python):
         ap.error(
             "--engine vllm runs TRL's side in .venv-trl-vllm, which is missing: "
             "build it as DEVELOPERS.md says, or pass --only ours"
@@ -339,15 +415,17 @@ def main() -> None:
         f"cpus {os.cpu_count()}, cuda {torch.cuda.is_available()}"
     )
     results: list[Result] = []
-    if a.only != "trl":
+    if a.only in (None, "ours"):
         results.append(run_ours(path, a))
+    if a.only in (None, "floor") and a.engine == "hf":
+        results.append(run_floor(path, a))
     trl_failed = False
-    if a.only != "ours" and trl_elsewhere:
-        trl_result = run_trl_in_venv(a)
+    if a.only not in ("ours", "floor") and trl_elsewhere:
+        trl_result = run_trl_in_venv(a, trl_python)
         trl_failed = trl_result is None
         if trl_result:
             results.append(trl_result)
-    elif a.only != "ours":
+    elif a.only not in ("ours", "floor"):
         import trl
 
         print(f"env: trl {trl.__version__}")
@@ -381,8 +459,10 @@ def main() -> None:
     print()
     for cells in table:
         print("{:<14} {:<6} {:>22} {:>12} {:>9} {:>9}".format(*cells))
-    if len(med) == 2:
-        print(f"ratio trl/skyrl: {med['trl'] / med['skyrl']:.1f}x")
+    if "floor" in med and "skyrl" in med:
+        print(f"ratio skyrl/floor: {med['skyrl'] / med['floor']:.2f}x")
+    if "trl" in med and "skyrl" in med:
+        print(f"ratio trl/skyrl: {med['trl'] / med['skyrl']:.2f}x")
     if trl_failed:
         sys.exit(1)  # a side that was asked for did not run
 
