@@ -157,11 +157,13 @@ class HFEngine:
         steps = max(r.max_new_tokens for r in requests)
         for t in range(steps):
             tokens, lps = self._sample(logits, temperature, top_p, [gens[i] for i in rows])
+            # one device-to-host copy per step, not two per row (each one a GPU sync)
+            tokens_B, lps_B = tokens.tolist(), lps.tolist()
             keep: list[int] = []
             for b, i in enumerate(rows):
-                tok = int(tokens[b])
+                tok = tokens_B[b]
                 out_ids[i].append(tok)
-                out_lp[i].append(float(lps[b]))
+                out_lp[i].append(lps_B[b])
                 out_ver[i].append(version)
                 done = self._finished(i, requests[i], out_ids[i], tok, t, finish)
                 if not done:
