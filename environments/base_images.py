@@ -213,7 +213,7 @@ def base_for(name: str) -> Base | None:
     return None
 
 
-def _from_words(args: str) -> tuple[str, str | None]:
+def from_words(args: str) -> tuple[str, str | None]:
     """(image, stage name) of a FROM's arguments (`--platform=... img AS name`)."""
     words = [w for w in args.split() if not w.startswith("--")]
     image = words[0] if words else ""
@@ -228,7 +228,7 @@ def final_base(froms: list[str]) -> tuple[str, list[str]]:
     images: list[str] = []
     image = ""
     for args in froms:
-        image, name = _from_words(args)
+        image, name = from_words(args)
         image = stages.get(image.lower(), image)
         images.append(image)
         if name:

@@ -551,6 +551,11 @@ class Sandbox:
         """Under bwrap: the root file system whose system dirs (`/usr`, `/etc`, ...) the
         commands see instead of the host's (a Debian release built by
         `environments.rootfs`, for a Python the host lacks)."""
+        self.join_net: int | None = None
+        """Under bwrap, as root: a live process of this sandbox (pid) whose network namespace
+        commands join instead of a new one (`nsenter --net`): a Harbor verifier reaches the
+        services the agent's shell left listening on its loopback, as in Harbor's one
+        container. Ignored when we are not root (we may not enter it)."""
         self.network = False
         """Under bwrap: share the host's network (an env build reaching a package index).
         Off, a sandbox has no network but its own loopback."""
@@ -597,6 +602,9 @@ class Sandbox:
         if self.memory_cgroup is not None:  # join the cgroup, then become the command
             procs = str(self.memory_cgroup / "cgroup.procs")
             cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
+        joined = self.join_net is not None and self.uid is not None and self.backend == "bwrap"
+        if joined:  # as root, before the uid is dropped: the shell's network, not a new one
+            cmd += ["nsenter", f"--net=/proc/{self.join_net}/ns/net", "--"]
         cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
         cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
         if self.uid is not None:
@@ -625,7 +633,7 @@ class Sandbox:
                 cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += [*self.view, *(view or [])]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
-            cmd += ["--share-net"] if self.network else []
+            cmd += ["--share-net"] if self.network or joined else []
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
