@@ -104,7 +104,14 @@ def _python(image: str, version: str, tag: str, release: str | None) -> Base:
         image=image,
         release=chosen,
         packages=PYTHON + (() if slim else (*BUILD_TOOLS, "python3-dev")),
-        env=(("PIP_BREAK_SYSTEM_PACKAGES", "1"), ("LANG", "C.UTF-8")),
+        # pip installs beside Debian's packages, never over them (the image's own pip is in
+        # /usr/local, so `pip install --upgrade pip==X` works there; Debian's would refuse
+        # to uninstall itself from the read-only system)
+        env=(
+            ("PIP_BREAK_SYSTEM_PACKAGES", "1"),
+            ("PIP_IGNORE_INSTALLED", "1"),
+            ("LANG", "C.UTF-8"),
+        ),
         links=(
             ("/usr/local/bin/python", "/usr/bin/python3"),
             ("/usr/local/bin/python3", "/usr/bin/python3"),

@@ -74,7 +74,7 @@ __all__ = [
     "provision",
 ]
 
-BUILD_VERSION = "6"
+BUILD_VERSION = "7"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -862,7 +862,9 @@ def _build(
             )
             _safe_target(root, image.workdir).mkdir(parents=True, exist_ok=True)
         elif word in ("ENV", "ARG"):
-            pairs = {k: _expand(v, {**variables, **image.env}) for k, v in _pairs(args).items()}
+            # `${PATH}` is the image's PATH, which Docker's base images all set
+            known = {"PATH": PATH, **variables, **image.env}
+            pairs = {k: _expand(v, known) for k, v in _pairs(args).items()}
             if word == "ENV":
                 image.env.update(pairs)
             variables.update(pairs)

@@ -71,6 +71,9 @@ def test_python_images_have_python_and_a_pip_that_installs():
     assert ("/usr/local/bin/python", "/usr/bin/python3") in base.links
     assert "/usr/local/bin/pip" in dict(base.scripts)
     assert ("PIP_BREAK_SYSTEM_PACKAGES", "1") in base.env
+    # `pip install --upgrade pip==24.0` (harbor-hell's Dockerfile) installs beside Debian's
+    # pip instead of failing to uninstall it from the read-only system
+    assert ("PIP_IGNORE_INSTALLED", "1") in base.env
     golang = base_for("golang:1.22-bookworm")
     assert golang is not None and golang.release == "bookworm" and golang.workdir == "/go"
 

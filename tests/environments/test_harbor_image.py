@@ -216,6 +216,27 @@ def test_copy_from_an_earlier_stage(tmp_path, cache):
     assert line is not None and "/etc/shadow is not in the stage" in line, line
 
 
+def test_env_path_extends_the_images_path(tmp_path, cache):
+    """`ENV PATH="/root/.cargo/bin:${PATH}"` (three-body-problem's Dockerfile) extends the
+    image's PATH (before: `${PATH}` was empty, and every later RUN found no `mkdir`)."""
+    dockerfile = (
+        'FROM ubuntu:24.04\nWORKDIR /app\nENV PATH="/app/bin:${PATH}"\n'
+        "RUN mkdir -p bin && printf '#!/bin/sh\\necho tool\\n' > bin/tool && chmod +x bin/tool\n"
+    )
+    test_sh = (
+        '#!/bin/bash\n[ "$(tool)" = tool ] && ls / > /dev/null '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh)
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv()
+    try:
+        env.reset(options={"task": task})
+        assert env.step("<submit/>")[1] == 1.0
+    finally:
+        env.close()
+
+
 def test_an_image_built_without_bubblewrap_is_rebuilt_once_it_is_installed(
     tmp_path, cache, monkeypatch
 ):
