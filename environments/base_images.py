@@ -243,7 +243,9 @@ def final_base(froms: list[str]) -> tuple[str, list[str]]:
     return image, images
 
 
-def spec_of(base: Base, extra: tuple[str, ...] = ()) -> RootfsSpec:
-    """The root file system of `base` with `extra` packages (apt-get install lines)."""
+def spec_of(base: Base, extra: tuple[str, ...] = (), recommends: bool = False) -> RootfsSpec:
+    """The root file system of `base` with `extra` packages (apt-get install lines), their
+    Recommends too when `recommends` (an install line without --no-install-recommends)."""
     spec = base.spec()
-    return RootfsSpec(spec.release, tuple(sorted({*spec.packages, *extra})))
+    packages = tuple(sorted({*spec.packages, *extra}))
+    return RootfsSpec(spec.release, packages, recommends=recommends and bool(extra))

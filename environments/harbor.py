@@ -748,6 +748,15 @@ def apt_packages(text: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def apt_recommends(text: str) -> bool:
+    """Whether an `apt-get install` line of a Dockerfile installs Recommends (apt's default:
+    the line has no `--no-install-recommends`)."""
+    return any(
+        "--no-install-recommends" not in m.group(0)
+        for m in _APT_INSTALL.finditer(text.replace("\\\n", " "))
+    )
+
+
 def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
     """The base the Dockerfile `text` starts from, as `options` ask (`base=host`: the host's)."""
     if options.base == "host":
@@ -775,7 +784,7 @@ def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
     for other in stages:  # the tools of earlier stages (a golang build stage) are there too
         known = base_for(other)
         extra |= set(known.spec().packages) if known else set()
-    return Plan(base, spec_of(base, tuple(sorted(extra))))
+    return Plan(base, spec_of(base, tuple(sorted(extra)), apt_recommends(text)))
 
 
 def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Image) -> None:
