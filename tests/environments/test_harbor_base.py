@@ -56,6 +56,9 @@ PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "
         ("node:20-slim", "trixie", ("nodejs", "npm")),
         ("rust:1.80", "trixie", ("rustc", "cargo")),
         ("ghcr.io/astral-sh/uv:python3.12-bookworm-slim", "bookworm", ("python3",)),
+        # Terminal-Bench's own bases (most of its tasks start from one of them)
+        ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "trixie", ("python3-pip", "tmux")),
+        ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", "trixie", ("asciinema",)),
     ],
 )
 def test_the_table_maps_common_base_images(image, release, packages):
