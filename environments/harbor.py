@@ -74,7 +74,7 @@ __all__ = [
     "provision",
 ]
 
-BUILD_VERSION = "7"
+BUILD_VERSION = "8"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -355,6 +355,7 @@ class Layout:
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
+        sb.own_network()  # one network for the episode, as a container's (root: ports < 1024)
 
     def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
         """A copy of `source` (tests/, solution/) bound at `/name` for one command; `sealed`,
@@ -969,6 +970,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     shutil.copytree(root, probe_root, symlinks=True)
     _prepare_run(sandbox, probe_root, image)
     sandbox.network = False
+    sandbox.own_network()  # as the episode will have it (root: ports below 1024)
     probe = [*image.entrypoint, "/bin/sh", "-c", f"sleep {PROBE_S}"]
     result = sandbox.run(probe, timeout=PROBE_S + 30)
     sandbox.kill_all()

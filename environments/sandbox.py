@@ -399,6 +399,8 @@ class _State:
     procs: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    netns: subprocess.Popen | None = None
+    """The holder of the sandbox's own network namespace (`Sandbox.own_network`)."""
 
     def kill_all(self) -> None:
         with self.lock:
@@ -418,6 +420,9 @@ class _State:
             return
         self.kill_all()
         self.closed = True
+        if self.netns is not None:
+            self.netns.kill()
+            self.netns.wait()
         if self.mounted:
             _unmount(self.workdir)
         if self.cgroup is not None:
@@ -735,6 +740,44 @@ class Sandbox:
             timed_out=timed_out,
             truncated=truncated,
         )
+
+    def own_network(self) -> bool:
+        """As root under bwrap: one network namespace for every command of this sandbox from
+        now on (`join_net`), made here with its loopback up and ports below 1024 open to any
+        uid (`ip_unprivileged_port_start=0`, that namespace's alone), as root may bind them
+        in a container; kept until close. False, with nothing changed, otherwise."""
+        if self._state.netns is not None:
+            return True
+        if self.uid is None or self.backend != "bwrap":
+            return False
+        holder = subprocess.Popen(
+            ["unshare", "--net", "--", "sleep", "infinity"], env=_WRAPPER_ENV,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip # arguments grouped by meaning
+        ns, ours = f"/proc/{holder.pid}/ns/net", os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and holder.poll() is None:
+            with contextlib.suppress(OSError):
+                if os.readlink(ns) != ours:  # unshare has made it and become `sleep`
+                    break
+            time.sleep(0.005)
+        setup = "ip link set lo up && echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start"
+        try:
+            done = subprocess.run(
+                ["nsenter", f"--net={ns}", "--", "sh", "-c", setup],
+                env=_WRAPPER_ENV, capture_output=True, timeout=10, check=False,
+            )  # fmt: skip # arguments grouped by meaning
+            ok = done.returncode == 0 and holder.poll() is None
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if not ok:
+            holder.kill()
+            holder.wait()
+            return False
+        self._state.netns = holder
+        self.join_net = holder.pid
+        return True
 
     def kill_all(self) -> None:
         """Kill every process started so far; the sandbox stays usable."""

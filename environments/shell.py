@@ -365,15 +365,15 @@ class ShellEnv(gym.Env):
         # test.sh becomes the sandbox's pid 1 (`exec`): code of the agent's that it runs cannot
         # kill or stop it (a PID namespace's init gets no signal it did not ask for from inside)
         command = f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1"
-        entrypoint = sandbox.entrypoint
-        if holder is not None:  # the ENTRYPOINT's services run already, in the shell's
-            sandbox.join_net, sandbox.entrypoint = holder, []
+        saved = (sandbox.join_net, sandbox.entrypoint)
+        if holder is not None:  # the ENTRYPOINT's services run already, in the shell's network
+            sandbox.join_net, sandbox.entrypoint = sandbox.join_net or holder, []
         try:
             result = sandbox.run(
                 ["bash", "-c", command], timeout=timeout, env={**OLD_VERIFIER_ENV, **env}, view=view
             )
         finally:
-            sandbox.join_net, sandbox.entrypoint = None, entrypoint
+            sandbox.join_net, sandbox.entrypoint = saved
         sandbox.kill_all()
         try:
             if isinstance(layout, harbor.Layout) and own is not None:  # kept with /logs

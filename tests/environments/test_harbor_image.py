@@ -75,21 +75,26 @@ def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProc
 
 def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
     done = skyrl_eval("oracle", cookbook, cache)
-    assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
     lines = done.stdout.splitlines()
     assert "simple-task: reward 1 [reward=1]" in lines
     assert "multi-reward: reward 1 [correctness=1, performance=1]" in lines
-    # dns-blacklisting's gateway binds port 80: no sandbox uid may, so it is named up front
-    assert lines[0] == (
-        "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
-        '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied (at '
-        '/usr/local/bin/block-server.py line 89: HTTPServer(("127.0.0.1", 80), '
-        "BlockHandler).serve_forever())"
-    )
+    if os.geteuid() == 0:  # dns-blacklisting's gateway binds port 80 in the episode's network
+        assert done.returncode == 0 and "dns-blacklisting: reward 1 [reward=1]" in lines, lines
+    else:  # no sandbox uid may bind it, so it is named up front
+        assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
+        assert lines[0] == (
+            "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
+            '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied (at '
+            '/usr/local/bin/block-server.py line 89: HTTPServer(("127.0.0.1", 80), '
+            "BlockHandler).serve_forever())"
+        )
     noop = skyrl_eval("noop", cookbook, cache)
-    zeros = [ln for ln in noop.stdout.splitlines() if " (verifier: " in ln]
-    assert zeros[0].startswith("multi-reward: reward 0 [correctness=0, performance=0] ("), zeros
-    assert zeros[1].startswith("simple-task: reward 0 [reward=0] (verifier: "), zeros
+    zeros = [ln for ln in noop.stdout.splitlines() if ": reward " in ln]
+    assert all(" reward 0 [" in ln for ln in zeros) and len(zeros) >= 2, zeros
+    assert any(
+        ln.startswith("multi-reward: reward 0 [correctness=0, performance=0] (") for ln in zeros
+    )
+    assert any(ln.startswith("simple-task: reward 0 [reward=0] (verifier: ") for ln in zeros)
 
 
 @pytest.mark.parametrize("name", ["simple-task", "multi-reward"])
@@ -546,6 +551,36 @@ def test_entrypoint_starts_before_the_agent_and_the_verifier_sees_it(tmp_path, c
         assert env.step("<bash>wc -l < /logs/started</bash>")[0].startswith("1\n")
         _, reward, _, _, info = env.step("<submit/>")
         assert info["rewards"] == {"reward": 1.0, "starts": 1.0 if os.geteuid() == 0 else 2.0}
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an episode's own network is made as root")
+def test_a_service_on_port_80_started_by_the_entrypoint_serves_the_verifier(tmp_path, cache):
+    """harbor-cookbook's dns-blacklisting: the ENTRYPOINT starts a server on port 80, as root
+    may in a container (before: PermissionError at pre-flight, the task not run). The
+    episode has a network namespace of its own where ports below 1024 are open to its uid."""
+    entry = (
+        "#!/bin/bash\npython3 -m http.server 80 --bind 127.0.0.1 --directory /srv/www "
+        '>/dev/null 2>&1 &\nsleep 1\nexec "$@"\n'
+    )
+    dockerfile = (
+        "FROM ubuntu:24.04\nCOPY entry.sh /entry.sh\nRUN chmod +x /entry.sh\n"
+        'COPY www/ /srv/www/\nWORKDIR /app\nENTRYPOINT ["/entry.sh"]\n'
+    )
+    fetch = "import urllib.request as u; print(u.urlopen('http://127.0.0.1/health').read())"
+    test_sh = (
+        f'#!/bin/bash\n[ "$(python3 -c "{fetch}")" = "b\'up\\\\n\'" ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh, {"entry.sh": entry, "www/health": "up\n"})
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        assert "up" in env.step(f'<bash>python3 -c "{fetch}"</bash>')[0]
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 1.0, info
     finally:
         env.close()
 
