@@ -23,6 +23,7 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `rust:*`                                | trixie (Rust 1.85)              | rustc, cargo, gcc, git       |
 | `ghcr.io/astral-sh/uv:*-<release>*`     | the tag's release, its Python   | python3, pip, venv, kit's uv |
 | `buildpack-deps:*`                      | the tag's release               | build-essential, git, curl   |
+| `ghcr.io/laude-institute/t-bench/python-3-13`, `ubuntu-24-04` (Terminal-Bench's) | as `python:3.13-slim`, `ubuntu:24.04` | theirs, tmux, asciinema, curl, procps |
 
 Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` and
 `public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
@@ -36,6 +37,7 @@ reason naming it; `env.kwargs.base=host` runs such a task on this machine's own 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -89,6 +91,25 @@ def _release_in(tag: str) -> str | None:
     return None
 
 
+TBENCH_TOOLS = ("tmux", "asciinema", "curl", "procps")
+"""What Terminal-Bench's base images add to theirs (for its tmux-driven agents)."""
+
+
+def _tbench(image: str, name: str) -> Base | None:
+    """Terminal-Bench's `t-bench/python-3-13` (the python:3.13-slim image) and
+    `t-bench/ubuntu-24-04` (ubuntu:24.04), both with `TBENCH_TOOLS`."""
+    m = re.fullmatch(r"python-3-(\d+)", name)
+    if m:
+        base = _python(image, f"3.{m.group(1)}", "slim", None)
+    elif re.fullmatch(r"ubuntu-\d+-\d+", name):
+        inner = base_for("ubuntu:" + name.removeprefix("ubuntu-").replace("-", "."))
+        assert inner is not None
+        base = dataclasses.replace(inner, image=image)
+    else:
+        return None
+    return dataclasses.replace(base, packages=(*base.packages, *TBENCH_TOOLS))
+
+
 def _python(image: str, version: str, tag: str, release: str | None) -> Base:
     by_version = {
         "3.7": "bullseye",
@@ -104,7 +125,14 @@ def _python(image: str, version: str, tag: str, release: str | None) -> Base:
         image=image,
         release=chosen,
         packages=PYTHON + (() if slim else (*BUILD_TOOLS, "python3-dev")),
-        env=(("PIP_BREAK_SYSTEM_PACKAGES", "1"), ("LANG", "C.UTF-8")),
+        # pip installs beside Debian's packages, never over them (the image's own pip is in
+        # /usr/local, so `pip install --upgrade pip==X` works there; Debian's would refuse
+        # to uninstall itself from the read-only system)
+        env=(
+            ("PIP_BREAK_SYSTEM_PACKAGES", "1"),
+            ("PIP_IGNORE_INSTALLED", "1"),
+            ("LANG", "C.UTF-8"),
+        ),
         links=(
             ("/usr/local/bin/python", "/usr/bin/python3"),
             ("/usr/local/bin/python3", "/usr/bin/python3"),
@@ -140,6 +168,8 @@ def base_for(name: str) -> Base | None:
         else:
             release = NEWEST
         return Base(image, release, note=f"Debian {release} is the nearest Debian to {image}")
+    if repo.startswith("ghcr.io/laude-institute/t-bench/"):  # Terminal-Bench's own bases
+        return _tbench(image, repo.rsplit("/", 1)[-1])
     if repo == "python":
         m = re.match(r"(3(?:\.\d+)?)", tag)
         if tag in ("latest", "slim") or (m and m.group(1) == "3"):
@@ -213,7 +243,7 @@ def base_for(name: str) -> Base | None:
     return None
 
 
-def _from_words(args: str) -> tuple[str, str | None]:
+def from_words(args: str) -> tuple[str, str | None]:
     """(image, stage name) of a FROM's arguments (`--platform=... img AS name`)."""
     words = [w for w in args.split() if not w.startswith("--")]
     image = words[0] if words else ""
@@ -228,7 +258,7 @@ def final_base(froms: list[str]) -> tuple[str, list[str]]:
     images: list[str] = []
     image = ""
     for args in froms:
-        image, name = _from_words(args)
+        image, name = from_words(args)
         image = stages.get(image.lower(), image)
         images.append(image)
         if name:
@@ -236,7 +266,9 @@ def final_base(froms: list[str]) -> tuple[str, list[str]]:
     return image, images
 
 
-def spec_of(base: Base, extra: tuple[str, ...] = ()) -> RootfsSpec:
-    """The root file system of `base` with `extra` packages (apt-get install lines)."""
+def spec_of(base: Base, extra: tuple[str, ...] = (), recommends: bool = False) -> RootfsSpec:
+    """The root file system of `base` with `extra` packages (apt-get install lines), their
+    Recommends too when `recommends` (an install line without --no-install-recommends)."""
     spec = base.spec()
-    return RootfsSpec(spec.release, tuple(sorted({*spec.packages, *extra})))
+    packages = tuple(sorted({*spec.packages, *extra}))
+    return RootfsSpec(spec.release, packages, recommends=recommends and bool(extra))

@@ -166,6 +166,12 @@ class Bash:
         self._marker_re = re.compile(b"(?!)")
         self._start_shell()
 
+    @property
+    def host_pid(self) -> int | None:
+        """The host pid of the shell's wrapper chain (bwrap's outer process), or None when
+        the shell is gone."""
+        return self._shell.pid if self._shell is not None and self._shell.isalive() else None
+
     def _start_shell(self) -> None:
         shell = self._sandbox.pexpect_spawn(
             ["bash", "--norc", "--noprofile", "--noediting", "-i"],

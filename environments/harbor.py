@@ -57,7 +57,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from environments.base_images import Base, base_for, final_base, spec_of
+from environments.base_images import Base, base_for, final_base, from_words, spec_of
 from environments.bash import chown_tree
 from environments.rootfs import RootfsError, RootfsSpec, ensure_rootfs
 from environments.sandbox import HIDDEN_DIRS, HOST_TRUST, PATH, SYSTEM_DIRS, Limits, Sandbox
@@ -74,7 +74,7 @@ __all__ = [
     "provision",
 ]
 
-BUILD_VERSION = "5"
+BUILD_VERSION = "8"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -355,6 +355,7 @@ class Layout:
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
+        sb.own_network()  # one network for the episode, as a container's (root: ports < 1024)
 
     def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
         """A copy of `source` (tests/, solution/) bound at `/name` for one command; `sealed`,
@@ -594,18 +595,34 @@ def kit_view(base: str = "/") -> list[str]:
 
 
 def _copy_step(
-    args: str, variables: dict[str, str], context: Path, root: Path, workdir: str
+    args: str,
+    variables: dict[str, str],
+    context: Path,
+    root: Path,
+    workdir: str,
+    stages: tuple[list[str], str] = ([], ""),
 ) -> str | None:
-    """Do one COPY/ADD into the layer at root; None, or why it cannot be honoured."""
+    """Do one COPY/ADD into the layer at root; None, or why it cannot be honoured.
+    `stages`: the names of the stages before this one, and the base's root file system
+    ('' for the host's), for `COPY --from=STAGE`."""
     words = _words(args) or shlex.split(args)
     flags = [w for w in words if w.startswith("--")]
     words = [_expand(w, variables) for w in words if not w.startswith("--")]
-    if any(f.startswith("--from") for f in flags):
-        return "copies from another image or stage (--from), which is not built here"
     if len(words) < 2:
         return "names no source and destination"
     *sources, dest = words
     dest_inner = dest if dest.startswith("/") else posixpath.join(workdir, dest)
+    source_stage = next((f.split("=", 1)[1] for f in flags if f.startswith("--from=")), None)
+    if source_stage is not None:
+        names, system = stages
+        if source_stage.lower() not in names and not (
+            source_stage.isdigit() and int(source_stage) < len(names)
+        ):
+            return (
+                f"copies from the image {source_stage}, which is not built here (only an "
+                "earlier stage of this Dockerfile can be copied from)"
+            )
+        return _copy_from_stage(sources, dest, dest_inner, root, system)
     ctx = context.resolve()
     matched: list[tuple[str, Path]] = []
     for source in sources:
@@ -634,6 +651,42 @@ def _copy_step(
             target_inner = posixpath.join(target_inner, found.name)
         _merge(found, root, target_inner)
     return None
+
+
+def _copy_from_stage(
+    sources: list[str], dest: str, dest_inner: str, root: Path, system: str
+) -> str | None:
+    """`COPY --from=STAGE`: every stage's steps ran in this one layer over one base, so the
+    stage's files are the layer's (or, under it, the base root file system's; never the
+    host's own files). Paths are from the stage's `/`; a link on the way is refused."""
+    for source in sources:
+        inner = posixpath.normpath("/" + source)
+        try:
+            found = _safe_target(root, inner)
+        except ValueError:
+            return f"{source} goes through a symlink of the stage"
+        if not os.path.lexists(found) and system:
+            found = Path(_on(system, inner))
+            if any(Path(_on(system, p)).is_symlink() for p in _parents(inner)):
+                return f"{source} goes through a symlink of the base image"
+        if not os.path.lexists(found):
+            return f"{source} is not in the stage (the earlier stages' steps made no such file)"
+        into_dir = dest.endswith("/") or len(sources) > 1
+        target = (
+            posixpath.join(dest_inner, found.name)
+            if into_dir and not found.is_dir()
+            else dest_inner
+        )
+        if not found.is_dir() and _safe_target(root, target).is_dir():
+            target = posixpath.join(target, found.name)
+        _merge(found, root, target)
+    return None
+
+
+def _parents(inner: str) -> list[str]:
+    """`/a/b/c` -> `/a`, `/a/b`: the folders on the way to a path."""
+    parts = PurePosixPath(inner).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _merge(source: Path, root: Path, inner: str) -> None:
@@ -696,6 +749,15 @@ def apt_packages(text: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def apt_recommends(text: str) -> bool:
+    """Whether an `apt-get install` line of a Dockerfile installs Recommends (apt's default:
+    the line has no `--no-install-recommends`)."""
+    return any(
+        "--no-install-recommends" not in m.group(0)
+        for m in _APT_INSTALL.finditer(text.replace("\\\n", " "))
+    )
+
+
 def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
     """The base the Dockerfile `text` starts from, as `options` ask (`base=host`: the host's)."""
     if options.base == "host":
@@ -723,7 +785,7 @@ def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
     for other in stages:  # the tools of earlier stages (a golang build stage) are there too
         known = base_for(other)
         extra |= set(known.spec().packages) if known else set()
-    return Plan(base, spec_of(base, tuple(sorted(extra))))
+    return Plan(base, spec_of(base, tuple(sorted(extra)), apt_recommends(text)))
 
 
 def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Image) -> None:
@@ -799,21 +861,29 @@ def _build(
     if too_big:
         image.problems.append(f"COPY: {too_big}")
         return image
+    stages: list[str] = []
     for word, args in _instructions(text):
         step = f"{word} {args}"  # whole: a pre-flight reason is never cut
-        if word == "WORKDIR":
+        if word == "FROM":
+            stages.append((from_words(_expand(args, variables))[1] or str(len(stages))).lower())
+        elif word == "WORKDIR":
             image.workdir = posixpath.normpath(
                 posixpath.join(image.workdir, _expand(args, variables))
             )
             _safe_target(root, image.workdir).mkdir(parents=True, exist_ok=True)
         elif word in ("ENV", "ARG"):
-            pairs = {k: _expand(v, {**variables, **image.env}) for k, v in _pairs(args).items()}
+            # `${PATH}` is the image's PATH, which Docker's base images all set
+            known = {"PATH": PATH, **variables, **image.env}
+            pairs = {k: _expand(v, known) for k, v in _pairs(args).items()}
             if word == "ENV":
                 image.env.update(pairs)
             variables.update(pairs)
         elif word in ("COPY", "ADD"):
             try:
-                why = _copy_step(args, {**variables, **image.env}, context, root, image.workdir)
+                earlier = (stages[:-1], image.system_root)
+                why = _copy_step(
+                    args, {**variables, **image.env}, context, root, image.workdir, earlier
+                )
             except (OSError, ValueError, shutil.Error) as e:
                 why = str(e)
             if why:
@@ -828,7 +898,6 @@ def _build(
             if word == "ENTRYPOINT":
                 image.entrypoint = command
         elif word not in (
-            "FROM",
             "LABEL",
             "EXPOSE",
             "USER",
@@ -901,6 +970,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     shutil.copytree(root, probe_root, symlinks=True)
     _prepare_run(sandbox, probe_root, image)
     sandbox.network = False
+    sandbox.own_network()  # as the episode will have it (root: ports below 1024)
     probe = [*image.entrypoint, "/bin/sh", "-c", f"sleep {PROBE_S}"]
     result = sandbox.run(probe, timeout=PROBE_S + 30)
     sandbox.kill_all()

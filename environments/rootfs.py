@@ -42,9 +42,13 @@ class RootfsSpec:
     release: str
     packages: tuple[str, ...] = ()
     mirror: str = MIRROR
+    recommends: bool = False
+    """Install the packages' Recommends too, as a Dockerfile's `apt-get install` without
+    `--no-install-recommends` does (`gcc` brings `libc6-dev`, so `stdio.h` is there)."""
 
     def key(self) -> str:
-        text = json.dumps([self.release, sorted(self.packages), self.mirror])
+        parts: list = [self.release, sorted(self.packages), self.mirror]
+        text = json.dumps(parts + (["recommends"] if self.recommends else []))
         return f"{self.release}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
@@ -109,6 +113,7 @@ def ensure_rootfs(spec: RootfsSpec, *, network: bool, log: list[str] | None = No
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
         argv = [exe, "--variant=minbase", "--quiet"]
+        argv += ['--aptopt=APT::Install-Recommends "true"'] if spec.recommends else []
         argv += [f"--include={','.join(spec.packages)}"] if spec.packages else []
         argv += [spec.release, str(tmp), spec.mirror]
         try:

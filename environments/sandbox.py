@@ -399,6 +399,8 @@ class _State:
     procs: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    netns: subprocess.Popen | None = None
+    """The holder of the sandbox's own network namespace (`Sandbox.own_network`)."""
 
     def kill_all(self) -> None:
         with self.lock:
@@ -418,6 +420,9 @@ class _State:
             return
         self.kill_all()
         self.closed = True
+        if self.netns is not None:
+            self.netns.kill()
+            self.netns.wait()
         if self.mounted:
             _unmount(self.workdir)
         if self.cgroup is not None:
@@ -551,6 +556,11 @@ class Sandbox:
         """Under bwrap: the root file system whose system dirs (`/usr`, `/etc`, ...) the
         commands see instead of the host's (a Debian release built by
         `environments.rootfs`, for a Python the host lacks)."""
+        self.join_net: int | None = None
+        """Under bwrap, as root: a live process of this sandbox (pid) whose network namespace
+        commands join instead of a new one (`nsenter --net`): a Harbor verifier reaches the
+        services the agent's shell left listening on its loopback, as in Harbor's one
+        container. Ignored when we are not root (we may not enter it)."""
         self.network = False
         """Under bwrap: share the host's network (an env build reaching a package index).
         Off, a sandbox has no network but its own loopback."""
@@ -597,6 +607,9 @@ class Sandbox:
         if self.memory_cgroup is not None:  # join the cgroup, then become the command
             procs = str(self.memory_cgroup / "cgroup.procs")
             cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
+        joined = self.join_net is not None and self.uid is not None and self.backend == "bwrap"
+        if joined:  # as root, before the uid is dropped: the shell's network, not a new one
+            cmd += ["nsenter", f"--net=/proc/{self.join_net}/ns/net", "--"]
         cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
         cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
         if self.uid is not None:
@@ -625,7 +638,7 @@ class Sandbox:
                 cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += [*self.view, *(view or [])]
             cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
-            cmd += ["--share-net"] if self.network else []
+            cmd += ["--share-net"] if self.network or joined else []
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
@@ -727,6 +740,44 @@ class Sandbox:
             timed_out=timed_out,
             truncated=truncated,
         )
+
+    def own_network(self) -> bool:
+        """As root under bwrap: one network namespace for every command of this sandbox from
+        now on (`join_net`), made here with its loopback up and ports below 1024 open to any
+        uid (`ip_unprivileged_port_start=0`, that namespace's alone), as root may bind them
+        in a container; kept until close. False, with nothing changed, otherwise."""
+        if self._state.netns is not None:
+            return True
+        if self.uid is None or self.backend != "bwrap":
+            return False
+        holder = subprocess.Popen(
+            ["unshare", "--net", "--", "sleep", "infinity"], env=_WRAPPER_ENV,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip # arguments grouped by meaning
+        ns, ours = f"/proc/{holder.pid}/ns/net", os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and holder.poll() is None:
+            with contextlib.suppress(OSError):
+                if os.readlink(ns) != ours:  # unshare has made it and become `sleep`
+                    break
+            time.sleep(0.005)
+        setup = "ip link set lo up && echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start"
+        try:
+            done = subprocess.run(
+                ["nsenter", f"--net={ns}", "--", "sh", "-c", setup],
+                env=_WRAPPER_ENV, capture_output=True, timeout=10, check=False,
+            )  # fmt: skip # arguments grouped by meaning
+            ok = done.returncode == 0 and holder.poll() is None
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if not ok:
+            holder.kill()
+            holder.wait()
+            return False
+        self._state.netns = holder
+        self.join_net = holder.pid
+        return True
 
     def kill_all(self) -> None:
         """Kill every process started so far; the sandbox stays usable."""

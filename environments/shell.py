@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import shlex
 import shutil
 import signal
 import stat
@@ -46,10 +48,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments import harbor, text_env
+from environments import harbor, harbor_steps, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.container import RUNTIMES, Container, runtime_problem
-from environments.sandbox import Limits, Sandbox
+from environments.sandbox import Limits, Sandbox, processes_of_uid
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import (
@@ -134,6 +136,10 @@ class ShellEnv(gym.Env):
         self._bash: Bash | None = None
         self._task: Task | None = None
         self._layout: harbor.Layout | Container | None = None
+        self._step = 0
+        """The current step of a multi-step task (`task.metadata["steps"]`)."""
+        self._step_rewards: list[dict[str, float] | None] = []
+        """The rewards of the steps graded so far (None: a step graded without one)."""
         self.backend = text_env.one_of("backend", backend, ("bwrap", *RUNTIMES))
         """`bwrap` (the image's layer in a bubblewrap sandbox) or a container runtime
         (`docker`, `podman`: the task's real image, where one works)."""
@@ -171,7 +177,7 @@ class ShellEnv(gym.Env):
         if not task_dir:
             raise ValueError(f"task {task.id!r} names no Harbor folder in metadata.task_dir")
         folder = Path(task_dir)
-        if not (folder / "tests" / "test.sh").is_file():
+        if not (folder / "tests" / "test.sh").is_file() and not task.metadata.get("steps"):
             raise ValueError(f"task {task.id!r}: {folder} is not a Harbor task (no tests/test.sh)")
         check_folder(folder)  # a task row names the folder without loading it
         verifier_timeout(task)  # a row's own limits are checked too
@@ -200,8 +206,15 @@ class ShellEnv(gym.Env):
         except (OSError, ValueError, shutil.Error, subprocess.SubprocessError) as e:
             self.close()
             raise ValueError(f"task {task.id!r}: its image could not be laid out ({e})") from None
-        self._bash = Bash(sandbox, self.limits)
         self._task, self._turns_left = task, self.max_turns
+        self._step, self._step_rewards = 0, []
+        steps = task.metadata.get("steps") or []
+        if steps and isinstance(self._layout, harbor.Layout):
+            why = harbor_steps.enter(self._layout, sandbox, folder, steps[0])
+            if why is not None:
+                self.close()
+                raise ValueError(f"task {task.id!r}: {why}")
+        self._bash = Bash(sandbox, self.limits)
         shell = intro(sandbox, self.limits, "the task's files")  # the image's WORKDIR
         observation = (
             f"{text_env.last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
@@ -224,8 +237,24 @@ class ShellEnv(gym.Env):
     def _finish(
         self, submitted: bool, body: str, error: str | None
     ) -> tuple[str, float, bool, bool, dict]:
-        """Grade the work; end the episode (terminated on submit, truncated out of turns)."""
+        """Grade the work; end the episode (terminated on submit, truncated out of turns), or,
+        for a multi-step task whose step met its min_reward, go on to the next step."""
         reward, named, reward_error, verifier = self._grade()
+        steps = self._steps()
+        if steps:
+            step = steps[self._step]
+            self._step_rewards.append(named if reward_error is None else None)
+            more = self._step + 1 < len(steps)
+            if (
+                submitted
+                and more
+                and harbor_steps.passes(step["min_reward"], self._step_rewards[-1])
+            ):
+                why = self._next_step()
+                if why is None:
+                    return self._step_turn(body, step["name"], reward, reward_error)
+                reward_error = why
+            named, reward, reward_error = self._step_total(reward_error)
         self._task = None
         score = reward if reward is not None else 0.0
         verdict = (
@@ -244,36 +273,123 @@ class ShellEnv(gym.Env):
         }
         return text_env.graded(body, verdict, score, info, self.format_penalty)
 
+    def _steps(self) -> list[dict[str, Any]]:
+        return list(self._task.metadata.get("steps") or []) if self._task is not None else []
+
+    def _next_step(self) -> str | None:
+        """Enter the next step (its workdir, setup.sh, healthcheck), with a fresh shell and
+        turns; None, or why it could not start."""
+        assert self._task is not None and self._sandbox is not None
+        self._step += 1
+        step = self._steps()[self._step]
+        if isinstance(self._layout, harbor.Layout):
+            why = harbor_steps.enter(
+                self._layout, self._sandbox, Path(self._task.metadata["task_dir"]), step
+            )
+            if why is not None:
+                return why
+        self._bash = Bash(self._sandbox, self.limits)
+        self._turns_left = self.max_turns
+        return None
+
+    def _step_turn(
+        self, body: str, done: str, reward: float | None, error: str | None
+    ) -> text_env.Step:
+        """The observation between two steps: the finished step's verdict, the next step's
+        instruction. The step's reward counts in the task's, at the end."""
+        step = self._steps()[self._step]
+        verdict = f"reward {reward:g}" if error is None else f"no reward ({error})"
+        text = (
+            f"{body} The tests of step {done} gave {verdict}.\n\nStep {self._step + 1} of "
+            f"{len(self._steps())} ({step['name']}):\n{step['instruction'].strip()}\n\n"
+            f"Turns left: {self._turns_left}"
+        )
+        info = {"turns_left": self._turns_left, "error": None, "step": step["name"]}
+        return text[:MAX_OBSERVATION_CHARS], 0.0, False, False, info
+
+    def _step_total(self, error: str | None) -> tuple[dict[str, float], float | None, str | None]:
+        """The task's rewards from its steps' (Harbor's multi_step_reward_strategy), the
+        training reward of them, and why there is none."""
+        assert self._task is not None
+        strategy = str(self._task.metadata.get("step_reward_strategy") or "mean")
+        named = harbor_steps.aggregate(self._step_rewards, strategy)
+        if not named:
+            return {}, None, error or "no step of the task was graded with a reward"
+        if self.reward_key is not None:
+            value = named.get(self.reward_key)
+            return named, value, None if value is not None else f"no {self.reward_key!r} reward"
+        return named, named.get("reward", sum(named.values()) / len(named)), None
+
+    def _live_shell(self) -> int | None:
+        """The pid of the agent's shell's PID 1 (in its network namespace), when the verifier
+        can join that namespace (bwrap, as root) and the shell is alive; else None."""
+        sandbox, bash = self._sandbox, self._bash
+        if sandbox is None or bash is None or sandbox.uid is None:
+            return None
+        if not isinstance(self._layout, harbor.Layout) or bash.host_pid is None:
+            return None
+        inner = [p for p, ppid, _ in processes_of_uid(sandbox.uid) if ppid == bash.host_pid]
+        return inner[0] if len(inner) == 1 else None
+
     def _grade(self) -> tuple[float | None, dict[str, float], str | None, dict[str, Any]]:
-        """Kill the agent's processes, run the task's tests/test.sh in the sandbox, read the reward."""
-        sandbox, task = self._sandbox, self._task
-        assert sandbox is not None and task is not None
-        sandbox.kill_all()
+        """Run the task's tests/test.sh in the sandbox after the agent, read the reward.
+
+        As in Harbor's one live container, what the agent left running (a service the oracle
+        started) keeps running while the verifier runs, and the verifier reaches it on the
+        same loopback; the verifier itself is PID 1 of a PID namespace of its own, and its
+        `/logs/verifier` a fresh folder no process of the agent's can see. Where the verifier
+        cannot join the shell's network (not root), the agent's processes are killed first."""
+        sandbox, task, layout = self._sandbox, self._task, self._layout
+        assert sandbox is not None and task is not None and layout is not None
+        holder = self._live_shell()
+        if holder is None:
+            sandbox.kill_all()
         self._bash = None
         sandbox.grow_disk(VERIFIER_DISK_MB)  # the agent may have filled the work dir
-        layout = self._layout
-        assert layout is not None
         none = {"returncode": None, "timed_out": False, "output": ""}
+        steps, folder = self._steps(), Path(task.metadata["task_dir"])
+        step = steps[self._step] if steps else None
         try:  # the reward folder is made anew, empty: nothing the agent planted there is left
             layout.fresh_dir("/logs/verifier")
-            view = layout.private("tests", Path(task.metadata["task_dir"]) / "tests", VERIFIER)
+            tests = harbor_steps.tests_dir(folder, step, sandbox.workdir / "step-tests")
+            view = layout.private("tests", tests, VERIFIER)
+            own: Path | None = None
+            if isinstance(layout, harbor.Layout):  # seen by the verifier alone
+                own = _fresh(sandbox.workdir / "verifier-logs", sandbox.uid)
+                view += ["--bind", str(own), "/logs/verifier"]
         except (OSError, ValueError, subprocess.SubprocessError) as e:  # shutil.Error too
+            sandbox.kill_all()
             return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
-        timeout = verifier_timeout(task)
+        timeout = (step or {}).get("verifier_timeout_s") or verifier_timeout(task)
+        env = dict(step["verifier_env"]) if step else verifier_env(task)
         # test.sh becomes the sandbox's pid 1 (`exec`): code of the agent's that it runs cannot
         # kill or stop it (a PID namespace's init gets no signal it did not ask for from inside)
         command = f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1"
-        result = sandbox.run(
-            ["bash", "-c", command],
-            timeout=timeout,
-            env={**OLD_VERIFIER_ENV, **verifier_env(task)},
-            view=view,
-        )
+        saved = (sandbox.join_net, sandbox.entrypoint)
+        if holder is not None:  # the ENTRYPOINT's services run already, in the shell's network
+            sandbox.join_net, sandbox.entrypoint = sandbox.join_net or holder, []
+        try:
+            result = sandbox.run(
+                ["bash", "-c", command], timeout=timeout, env={**OLD_VERIFIER_ENV, **env}, view=view
+            )
+        finally:
+            sandbox.join_net, sandbox.entrypoint = saved
         sandbox.kill_all()
         try:
-            logs = layout.collect("/logs/verifier")
+            if isinstance(layout, harbor.Layout) and own is not None:  # kept with /logs
+                logs = layout.fresh_dir("/logs/verifier")
+                shutil.copytree(own, logs, symlinks=True, dirs_exist_ok=True)
+                logs = own
+            else:
+                logs = layout.collect("/logs/verifier")
         except (OSError, ValueError) as e:
             return None, {}, f"/logs/verifier cannot be read ({str(e)[:300]})", none
+        return self._verdict(logs, result, timeout)
+
+    def _verdict(
+        self, logs: Path, result: Any, timeout: float
+    ) -> tuple[float | None, dict[str, float], str | None, dict[str, Any]]:
+        """The reward of a verifier run that wrote `logs`, with its output's tail."""
         output = logs / "test-stdout.txt"
         tail = ""
         if output.is_file() and not output.is_symlink():
@@ -289,22 +405,52 @@ class ShellEnv(gym.Env):
 
     def run_oracle(self) -> dict[str, Any]:
         """Run the task's `solution/solve.sh` as Harbor's oracle agent does: `solution/` copied
-        to `/solution` for this one command (never for the policy), output to
-        `/logs/agent/oracle.txt`, the `[agent]` time limit. Then `step("<submit/>")` grades."""
+        to `/solution` (never for the policy), run in the episode's live shell (what it starts
+        in the background keeps running for the verifier, as in Harbor's container), output
+        to `/logs/agent/oracle.txt`, the `[agent]` time limit. Then `step("<submit/>")`
+        grades. A multi-step task's oracle is its current step's `solution/solve.sh`."""
         sandbox, task, layout = self._sandbox, self._task, self._layout
         if sandbox is None or task is None or layout is None:
             raise RuntimeError("reset() first")
-        solution = Path(task.metadata["task_dir"]) / "solution"
+        steps = self._steps()
+        step = steps[self._step] if steps else None
+        solution = harbor_steps.solution_dir(Path(task.metadata["task_dir"]), step)
         if not (solution / "solve.sh").is_file():
             raise ValueError(f"task {task.id!r} has no solution/solve.sh")
-        command = "chmod +x /solution/solve.sh; (/solution/solve.sh) > /logs/agent/oracle.txt 2>&1"
+        log = f"/logs/agent/oracle{'-' + step['name'] if step else ''}.txt"
+        limit = (step or {}).get("agent_timeout_s") or agent_timeout(task) or 600.0
+        view = layout.private("solution", solution)
+        if isinstance(layout, harbor.Layout):
+            return self._oracle_in_shell(view, log, limit, solution_env(task))
+        command = f"chmod +x /solution/solve.sh; (/solution/solve.sh) > {log} 2>&1"
         result = sandbox.run(
-            ["bash", "-c", command],
-            timeout=agent_timeout(task) or 600.0,
-            env=solution_env(task),
-            view=layout.private("solution", solution),
+            ["bash", "-c", command], timeout=limit, env=solution_env(task), view=view
         )
         return {"returncode": result.returncode, "timed_out": result.timed_out}
+
+    def _oracle_in_shell(
+        self, view: list[str], log: str, limit: float, env: dict[str, str]
+    ) -> dict[str, Any]:
+        """solve.sh run by a fresh episode shell that sees `/solution` (no agent turn came
+        before it): its background services outlive it, in the shell's namespaces."""
+        sandbox = self._sandbox
+        assert sandbox is not None
+        sandbox.kill_all()
+        shown = sandbox.view
+        sandbox.view = [*shown, *view]
+        try:
+            self._bash = Bash(sandbox, dataclasses.replace(self.limits, timeout_s=limit))
+        finally:
+            sandbox.view = shown
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        out = self._bash.run(
+            f"chmod +x /solution/solve.sh; ({exports}/solution/solve.sh) > {log} 2>&1"
+        )
+        status = re.search(r"\[exit code: (\d+)\]\s*$", out)
+        return {
+            "returncode": int(status.group(1)) if status else None,
+            "timed_out": "time limit" in out and status is None,
+        }
 
     def save_logs(self, dest: Path) -> None:
         """Copy the episode's `/logs` (the oracle's output in `agent/`, the verifier's stdout
@@ -335,3 +481,12 @@ class ShellEnv(gym.Env):
         if self._sandbox is not None:
             self._sandbox.close()
         self._sandbox = self._bash = self._task = self._layout = None
+
+
+def _fresh(path: Path, uid: int | None) -> Path:
+    """An empty folder at `path` (made anew), owned by the sandbox's uid."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path

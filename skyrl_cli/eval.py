@@ -206,7 +206,9 @@ def eval_(
         temperature=temperature, limit=limit, output=output, max_turns=max_turns, seed=seed,
         tracking=tracking, sets=set_ or [],
     )  # fmt: skip # arguments grouped by meaning, as a reader scans them
-    _guarded(lambda: run_env_eval(env_opts))
+    report = _guarded(lambda: run_env_eval(env_opts))
+    if report.get("errors"):  # a task that did not run is never a quiet 0, in any env
+        raise typer.Exit(1)
 
 
 eval_.__doc__ = (eval_.__doc__ or "") + "\n" + EXAMPLES

@@ -9,7 +9,9 @@ before any episode runs, and counted as not run (never as a silent 0).
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,8 @@ def run_reference_agent(
 ) -> dict[str, Any]:
     """Run `agent` on each task; print the pre-flight lines, one line per task (`skipped`:
     tasks that could not load, name -> why; a 0 with the verifier's last error line), the
-    total. `output`: each task's `/logs` (agent/, verifier/) kept under `output/<task>/`."""
+    total. `output`: each task's `/logs` (agent/, verifier/) kept under `output/<task>/`, and
+    `output/summary.json` (each task's reward, and its build and episode seconds)."""
     from environments import harbor
     from environments.registry import BUILTINS
     from environments.shell import ShellEnv
@@ -72,8 +75,11 @@ def run_reference_agent(
     BUILTINS["shell"].check(sets)  # env.kwargs as train checks them: one sentence, no traceback
     env = ShellEnv(**sets)
     try:
+        built: dict[str, float] = {}
         for task in tasks:
+            start = time.monotonic()
             img = harbor.image(Path(task.metadata["task_dir"]), env.harbor_options)
+            built[task.id] = time.monotonic() - start
             line = harbor.preflight_line(task.id, img)
             if line is not None:
                 blocked[task.id] = line
@@ -83,13 +89,13 @@ def run_reference_agent(
                 results[task.id] = {"reward": None, "not_run": blocked[task.id]}
                 print(f"{task.id}: not run (see pre-flight)")
                 continue
-            env.reset(options={"task": task})
-            if agent == "oracle":
-                env.run_oracle()
-            _, reward, _, _, info = env.step("<submit/>")
+            start = time.monotonic()
+            reward, info = _episode(env, task, agent)
+            took = time.monotonic() - start
             if output is not None:
                 env.save_logs(output / task.id)
             results[task.id] = {"reward": reward, "rewards": info["rewards"]}
+            results[task.id] |= {"build_s": round(built[task.id], 1), "episode_s": round(took, 1)}
             named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
             last = last_error_line(info["verifier"]["output"]) if reward <= 0 else ""
@@ -102,4 +108,20 @@ def run_reference_agent(
     print(
         f"{agent}: mean reward {mean:.3f} over {len(ran)} tasks run, {len(results) - len(ran)} not run"
     )
-    return {"agent": agent, "results": results, "mean_reward": mean}
+    summary = {"agent": agent, "results": results, "mean_reward": mean}
+    if output is not None:  # with each task's build and episode seconds
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _episode(env: Any, task: Any, agent: str) -> tuple[float, dict[str, Any]]:
+    """One episode of `agent` on `task`: the reward and the last step's info. A multi-step
+    task's oracle runs each step's solve.sh and submits it, step after step."""
+    env.reset(options={"task": task})
+    while True:
+        if agent == "oracle":
+            env.run_oracle()
+        _, reward, terminated, truncated, info = env.step("<submit/>")
+        if terminated or truncated:
+            return reward, info

@@ -90,7 +90,8 @@ def eval_config(opts: EnvEvalOptions, ref: ModelRef) -> Any:
 
 def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
     """Evaluate; print the table; write the output folder (and the run's eval/). Returns the
-    report. ValueError (one sentence) for bad input."""
+    report (`errors`: episodes that did not run to the end, each named on stderr). ValueError
+    (one sentence) for bad input."""
     if opts.n_samples < 1:
         raise ValueError(f"--n-samples must be at least 1, got {opts.n_samples}")
     ref = resolve_eval_model(opts.model)
@@ -117,6 +118,12 @@ def run_env_eval(opts: EnvEvalOptions) -> dict[str, Any]:
         f"wrote {out}/report.json and {out}/results.jsonl"
         + (f"; filed under {ref.run_dir}/eval/{name}.json" if ref.run_dir else "")
     )
+    failed = [r for r in records if r.get("error")]
+    if failed:  # never a quiet 0: the caller exits non-zero
+        note(
+            f"{len(failed)} of {len(records)} episodes did not run to the end (first: "
+            f"{failed[0]['error']}); each one's error is in {out}/results.jsonl"
+        )
     return report
 
 

@@ -86,6 +86,10 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, bool]] = {
 """(table, key) -> (low, high, low allowed) of the numbers Harbor's task.toml defines: time
 limits over 0 s up to a day, cpus up to 1024, memory and storage up to 16 TiB in MB, gpus
 0-64. Any other number in task.toml must be finite."""
+STEP_STRATEGIES = ("mean", "final")
+"""Harbor's multi_step_reward_strategy: the mean of each key over the steps that were graded
+(a key a step lacks counts 0), or the last graded step's rewards."""
+_STEP_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,99}")
 _TEMPLATE = re.compile(r"\$\{([^}:]+)(?::-(.*))?\}", re.DOTALL)
 """Harbor's `${NAME}` / `${NAME:-default}`: a whole value, else the value is a literal."""
 
@@ -160,22 +164,14 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
     if not task_dir.is_dir():
         raise ValueError(f"Harbor task folder {task_dir} does not exist")
     check_links(task_dir)
-    if _multi_step(task_dir / "task.toml"):
-        raise ValueError(
-            f"Harbor task {task_dir} is a multi-step task ([[steps]] in task.toml, "
-            "steps/*/instruction.md), which skyrl does not run yet"
-        )
-    instruction_path = task_dir / "instruction.md"
-    if not instruction_path.is_file():
-        raise ValueError(f"Harbor task {task_dir} has no instruction.md")
-    instruction = instruction_path.read_text(encoding="utf-8", errors="replace").strip()
-    if not instruction:
-        raise ValueError(f"Harbor task {task_dir}: instruction.md is empty")
-    if len(instruction) > MAX_INSTRUCTION_CHARS:
-        raise ValueError(f"Harbor task {task_dir}: instruction.md is over {MAX_INSTRUCTION_CHARS}")
-    if not (task_dir / "tests" / "test.sh").is_file():
-        raise ValueError(f"Harbor task {task_dir} has no tests/test.sh (its verifier)")
     toml_path = task_dir / "task.toml"
+    steps = _multi_step(toml_path)
+    if steps:
+        instruction = steps[0]["instruction"]
+    else:
+        instruction = _instruction(task_dir, task_dir / "instruction.md")
+        if not (task_dir / "tests" / "test.sh").is_file():
+            raise ValueError(f"Harbor task {task_dir} has no tests/test.sh (its verifier)")
     if not toml_path.is_file():
         raise ValueError(f"Harbor task {task_dir} has no task.toml")
     meta, tags, verifier, agent, envs = _settings(toml_path)
@@ -194,19 +190,136 @@ def load_harbor_task(task_dir: Path, *, split: str | None = None) -> Task:
             "tags": list(tags),
             "verifier_timeout_s": float(verifier or DEFAULT_VERIFIER_TIMEOUT_S),
             "agent_timeout_s": None if agent is None else float(agent),
-            "has_solution": (task_dir / "solution" / "solve.sh").is_file(),
+            "has_solution": (task_dir / "solution" / "solve.sh").is_file()
+            or bool(
+                steps and all((task_dir / s["dir"] / "solution/solve.sh").is_file() for s in steps)
+            ),
             **{f"{name}_env": env for name, env in envs.items() if env},
+            **({"steps": steps, "step_reward_strategy": _strategy(toml_path)} if steps else {}),
         },
     )
 
 
-def _multi_step(toml_path: Path) -> bool:
-    """True for Harbor's multi-step format: `[[steps]]` tables in a task.toml that parses."""
+def _instruction(task_dir: Path, path: Path) -> str:
+    """The text of an instruction.md, checked (present, not empty, not huge)."""
+    rel = path.relative_to(task_dir).as_posix()
+    if not path.is_file():
+        raise ValueError(f"Harbor task {task_dir} has no {rel}")
+    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not text:
+        raise ValueError(f"Harbor task {task_dir}: {rel} is empty")
+    if len(text) > MAX_INSTRUCTION_CHARS:
+        raise ValueError(
+            f"Harbor task {task_dir}: {rel} is over {MAX_INSTRUCTION_CHARS} characters"
+        )
+    return text
+
+
+def _multi_step(toml_path: Path) -> list[dict[str, Any]]:
+    """The steps of Harbor's multi-step format (`[[steps]]` in task.toml, each with
+    `steps/<name>/instruction.md`), checked and made plain data; [] for a one-step task (or a
+    missing or broken task.toml, which the checks that follow report)."""
     try:
         config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False  # a missing or broken task.toml is reported by the checks that follow
-    return isinstance(config.get("steps"), list) and bool(config["steps"])
+        return []
+    raw = config.get("steps")
+    if raw is None or raw == []:
+        return []
+    task_dir = toml_path.parent
+    if not isinstance(raw, list) or not all(isinstance(s, dict) for s in raw):
+        raise ValueError(f"{toml_path}: steps must be an array of tables ([[steps]])")
+    _check_numbers(config, toml_path)
+    verifier_env = _env_table(_table(config, "verifier", toml_path), f"{toml_path}: [verifier.env]")
+    steps, seen = [], set()
+    for i, table in enumerate(raw):
+        name = table.get("name")
+        if not isinstance(name, str) or not _STEP_NAME.fullmatch(name) or name in seen:
+            raise ValueError(
+                f"{toml_path}: step {i + 1} needs a name of its own (letters, digits, . _ -), "
+                f"got {str(name)[:40]!r}"
+            )
+        seen.add(name)
+        folder = task_dir / "steps" / name
+        if (
+            not (folder / "tests" / "test.sh").is_file()
+            and not (task_dir / "tests/test.sh").is_file()
+        ):
+            raise ValueError(
+                f"Harbor task {task_dir}: step {name} has no tests/test.sh (its verifier)"
+            )
+        where = f"{toml_path}: step {name}"
+        verifier = _table(table, "verifier", toml_path)
+        steps.append(
+            {
+                "name": name,
+                "dir": f"steps/{name}",
+                "instruction": _instruction(task_dir, folder / "instruction.md"),
+                "verifier_timeout_s": _step_limit(verifier.get("timeout_sec"), f"{where} verifier"),
+                "agent_timeout_s": _step_limit(
+                    _table(table, "agent", toml_path).get("timeout_sec"), f"{where} agent"
+                ),
+                "verifier_env": {**verifier_env, **_env_table(verifier, f"{where} [verifier.env]")},
+                "min_reward": _min_reward(table.get("min_reward"), where),
+                "healthcheck": _healthcheck(table.get("healthcheck"), where),
+            }
+        )
+    return steps
+
+
+def _step_limit(value: Any, where: str) -> float | None:
+    low, high = 0.0, DAY_S
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low < value <= high:
+        raise ValueError(
+            f"{where} timeout_sec must be a number in (0, {high:.10g}], got {value!r:.20}"
+        )
+    return float(value)
+
+
+def _min_reward(value: Any, where: str) -> float | dict[str, float] | None:
+    """Harbor's min_reward: a number (gates the `reward` key) or a table of key -> number."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+    ):
+        return {str(k): float(v) for k, v in value.items()}
+    raise ValueError(f"{where}: min_reward must be a number or a table of numbers")
+
+
+def _healthcheck(value: Any, where: str) -> dict[str, Any] | None:
+    """A step's healthcheck (`command`, `interval_sec`, `timeout_sec`, `retries`), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("command"), str):
+        raise ValueError(f"{where}: healthcheck must be a table with a command")
+    out: dict[str, Any] = {"command": value["command"]}
+    for key, default, high in (("interval_sec", 5.0, 3600.0), ("timeout_sec", 30.0, 3600.0),
+                               ("retries", 3, 100)):  # fmt: skip
+        number = value.get(key, default)
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, int | float)
+            or not 0 <= number <= high
+        ):
+            raise ValueError(f"{where}: healthcheck {key} must be a number in [0, {high:g}]")
+        out[key] = number
+    return out
+
+
+def _strategy(toml_path: Path) -> str:
+    """Harbor's multi_step_reward_strategy: `mean` (the default) or `final`."""
+    config = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    value = config.get("multi_step_reward_strategy") or "mean"
+    if value not in STEP_STRATEGIES:
+        raise ValueError(
+            f"{toml_path}: multi_step_reward_strategy must be one of {', '.join(STEP_STRATEGIES)}"
+        )
+    return str(value)
 
 
 Settings = tuple[dict[str, Any], list[str], float | None, float | None, dict[str, dict[str, str]]]

@@ -20,7 +20,7 @@ import pytest
 
 from environments import harbor
 from environments.base_images import base_for, final_base
-from environments.rootfs import ROOTFS_DIR_ENV, rootfs_dir
+from environments.rootfs import ROOTFS_DIR_ENV, ensure_rootfs, rootfs_dir
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
 from tasks.harbor import load_harbor_task
@@ -56,6 +56,9 @@ PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "
         ("node:20-slim", "trixie", ("nodejs", "npm")),
         ("rust:1.80", "trixie", ("rustc", "cargo")),
         ("ghcr.io/astral-sh/uv:python3.12-bookworm-slim", "bookworm", ("python3",)),
+        # Terminal-Bench's own bases (most of its tasks start from one of them)
+        ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "trixie", ("python3-pip", "tmux")),
+        ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", "trixie", ("asciinema",)),
     ],
 )
 def test_the_table_maps_common_base_images(image, release, packages):
@@ -71,6 +74,9 @@ def test_python_images_have_python_and_a_pip_that_installs():
     assert ("/usr/local/bin/python", "/usr/bin/python3") in base.links
     assert "/usr/local/bin/pip" in dict(base.scripts)
     assert ("PIP_BREAK_SYSTEM_PACKAGES", "1") in base.env
+    # `pip install --upgrade pip==24.0` (harbor-hell's Dockerfile) installs beside Debian's
+    # pip instead of failing to uninstall it from the read-only system
+    assert ("PIP_IGNORE_INSTALLED", "1") in base.env
     golang = base_for("golang:1.22-bookworm")
     assert golang is not None and golang.release == "bookworm" and golang.workdir == "/go"
 
@@ -87,6 +93,44 @@ def test_stages_and_platforms():
         ["golang:1.22", "golang:1.22", "python:3.11-slim"],
     )
     assert final_base(["golang:1.22 AS build", "build"])[0] == "golang:1.22"
+
+
+@pytest.mark.parametrize(
+    "run, recommends",
+    [
+        ("RUN apt-get update && apt-get install -y gcc make python3", True),
+        ("RUN apt-get install -y --no-install-recommends gcc", False),
+        ("RUN apt-get -y --no-install-recommends install \\\n  gcc", False),
+        ("RUN echo no apt here", False),
+    ],
+)
+def test_an_apt_line_without_no_install_recommends_brings_recommends(
+    tmp_path, monkeypatch, run, recommends
+):
+    """sha256's `apt-get install -y gcc` on ubuntu:24.04 brings libc6-dev (gcc's Recommends)
+    there; the root file system built without Recommends had gcc and no stdio.h. mmdebstrap
+    is a stand-in here (the Debian mirror is not reachable from tests): it records its
+    arguments and makes the tree."""
+    plan = harbor.plan(tmp_path, f"FROM ubuntu:24.04\n{run}\n", harbor.BuildOptions())
+    assert plan.spec is not None and plan.spec.recommends is recommends
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mmdebstrap").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\nfor a; do last2=$last; last=$a; done\n'
+        'mkdir -p "$last2/usr"\n'
+    )
+    (bin_dir / "mmdebstrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
+    top = Path(tempfile.mkdtemp(prefix="skyrl-rootfs-args-"))  # sandbox uids reach it
+    top.chmod(0o755)
+    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top))
+    try:
+        ensure_rootfs(plan.spec, network=True)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    args = (tmp_path / "args").read_text().splitlines()
+    assert ('--aptopt=APT::Install-Recommends "true"' in args) is recommends, args
 
 
 # ---------------------------------------------------------------------------- the sandbox

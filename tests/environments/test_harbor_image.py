@@ -75,21 +75,26 @@ def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProc
 
 def test_cookbook_oracle_scores_one_and_noop_zero(cookbook, cache):
     done = skyrl_eval("oracle", cookbook, cache)
-    assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
     lines = done.stdout.splitlines()
     assert "simple-task: reward 1 [reward=1]" in lines
     assert "multi-reward: reward 1 [correctness=1, performance=1]" in lines
-    # dns-blacklisting's gateway binds port 80: no sandbox uid may, so it is named up front
-    assert lines[0] == (
-        "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
-        '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied (at '
-        '/usr/local/bin/block-server.py line 89: HTTPServer(("127.0.0.1", 80), '
-        "BlockHandler).serve_forever())"
-    )
+    if os.geteuid() == 0:  # dns-blacklisting's gateway binds port 80 in the episode's network
+        assert done.returncode == 0 and "dns-blacklisting: reward 1 [reward=1]" in lines, lines
+    else:  # no sandbox uid may bind it, so it is named up front
+        assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
+        assert lines[0] == (
+            "pre-flight: dns-blacklisting: cannot run as Harbor would: ENTRYPOINT "
+            '["/entrypoint.sh"]: fails here: PermissionError: [Errno 13] Permission denied (at '
+            '/usr/local/bin/block-server.py line 89: HTTPServer(("127.0.0.1", 80), '
+            "BlockHandler).serve_forever())"
+        )
     noop = skyrl_eval("noop", cookbook, cache)
-    zeros = [ln for ln in noop.stdout.splitlines() if " (verifier: " in ln]
-    assert zeros[0].startswith("multi-reward: reward 0 [correctness=0, performance=0] ("), zeros
-    assert zeros[1].startswith("simple-task: reward 0 [reward=0] (verifier: "), zeros
+    zeros = [ln for ln in noop.stdout.splitlines() if ": reward " in ln]
+    assert all(" reward 0 [" in ln for ln in zeros) and len(zeros) >= 2, zeros
+    assert any(
+        ln.startswith("multi-reward: reward 0 [correctness=0, performance=0] (") for ln in zeros
+    )
+    assert any(ln.startswith("simple-task: reward 0 [reward=0] (verifier: ") for ln in zeros)
 
 
 @pytest.mark.parametrize("name", ["simple-task", "multi-reward"])
@@ -182,6 +187,59 @@ def test_unhonourable_steps_are_one_line_before_any_episode(tmp_path, cache):
     assert "--from" in line
     with pytest.raises(ValueError, match="bad: cannot run as Harbor would"):
         ShellEnv().reset(options={"task": task})
+
+
+def test_copy_from_an_earlier_stage(tmp_path, cache):
+    """A multi-stage build (a builder stage, then `COPY --from=builder`): every stage's steps
+    run in the one layer, so the builder's output is there to copy (before: refused at
+    pre-flight, 'copies from another image or stage')."""
+    dockerfile = (
+        "FROM debian:bookworm AS builder\nWORKDIR /src\n"
+        "RUN printf '#!/bin/sh\\necho built-tool\\n' > tool.sh && chmod +x tool.sh\n"
+        "FROM debian:bookworm-slim\nWORKDIR /app\n"
+        "COPY --from=builder /src/tool.sh /usr/local/bin/tool\n"
+        "COPY --from=0 /src/tool.sh ./bin/\n"
+    )
+    test_sh = (
+        '#!/bin/bash\n[ "$(tool)" = built-tool ] && [ "$(./bin/tool.sh)" = built-tool ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh)
+    img = harbor.image(tmp_path / "t")
+    assert img.problems == [], img.problems
+    env = ShellEnv()
+    try:
+        env.reset(options={"task": task})
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 1.0, info
+    finally:
+        env.close()
+    (tmp_path / "t" / "environment" / "Dockerfile").write_text(
+        dockerfile.replace("--from=0 /src/tool.sh", "--from=builder /etc/shadow")
+    )
+    line = harbor.preflight_line("t", harbor.image(tmp_path / "t"))
+    assert line is not None and "/etc/shadow is not in the stage" in line, line
+
+
+def test_env_path_extends_the_images_path(tmp_path, cache):
+    """`ENV PATH="/root/.cargo/bin:${PATH}"` (three-body-problem's Dockerfile) extends the
+    image's PATH (before: `${PATH}` was empty, and every later RUN found no `mkdir`)."""
+    dockerfile = (
+        'FROM ubuntu:24.04\nWORKDIR /app\nENV PATH="/app/bin:${PATH}"\n'
+        "RUN mkdir -p bin && printf '#!/bin/sh\\necho tool\\n' > bin/tool && chmod +x bin/tool\n"
+    )
+    test_sh = (
+        '#!/bin/bash\n[ "$(tool)" = tool ] && ls / > /dev/null '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh)
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv()
+    try:
+        env.reset(options={"task": task})
+        assert env.step("<submit/>")[1] == 1.0
+    finally:
+        env.close()
 
 
 def test_an_image_built_without_bubblewrap_is_rebuilt_once_it_is_installed(
@@ -344,26 +402,32 @@ def test_a_verifier_that_pip_installs_its_tools_runs_offline(tmp_path, cache):
 
 
 def test_a_task_that_cannot_load_is_skipped_and_the_folder_still_runs(tmp_path, cache):
-    """A multi-step task (Harbor's `[[steps]]`, `steps/*/instruction.md`) beside a plain one:
-    the plain task runs and scores, the other is named in one sentence and counted as not
-    run (before, the whole folder stopped at load, exit 2, nothing run)."""
+    """A task that cannot load (a broken task.toml) beside a plain one and a multi-step one
+    (Harbor's `[[steps]]`, `steps/*/instruction.md`, the task's own tests/ for each step):
+    those two run and score, the broken one is named in one sentence and counted as not run
+    (before, the whole folder stopped at load, exit 2, nothing run)."""
     simple = '#!/bin/bash\n[ "$(cat /app/out)" = 7 ] && echo 1 > /logs/verifier/reward.txt\n'
     make_task(tmp_path / "tasks" / "plain", "FROM debian\nWORKDIR /app\n", simple)
     (tmp_path / "tasks" / "plain" / "solution" / "solve.sh").write_text("echo 7 > /app/out\n")
     steps = tmp_path / "tasks" / "stepped"
     make_task(steps, "FROM debian\nWORKDIR /app\n", simple)
+    (steps / "solution" / "solve.sh").write_text("echo 7 > /app/out\n")
     (steps / "instruction.md").unlink()
     (steps / "task.toml").write_text('[[steps]]\nname = "one"\n[[steps]]\nname = "two"\n')
     for name in ("one", "two"):
         (steps / "steps" / name).mkdir(parents=True)
         (steps / "steps" / name / "instruction.md").write_text(f"Do step {name}.")
+    broken = tmp_path / "tasks" / "broken"
+    make_task(broken, "FROM debian\nWORKDIR /app\n", simple)
+    (broken / "task.toml").write_text("[verifier\n")
     done = skyrl_eval("oracle", tmp_path / "tasks", cache)
     lines = done.stdout.splitlines()
-    assert "plain: reward 1 [reward=1]" in lines, (done.stdout, done.stderr)
-    skipped = [ln for ln in lines if ln.startswith("stepped: not run")]
-    assert len(skipped) == 1 and "multi-step" in skipped[0] and skipped[0].endswith("."), lines
-    assert "1 tasks run, 1 not run" in lines[-1]
-    assert done.returncode == 1 and "1 of 2 tasks did not run" in done.stderr, done.stderr
+    assert any(ln.startswith("plain: reward 1 [reward=1]") for ln in lines), lines
+    assert any(ln.startswith("stepped: reward 1 [reward=1]") for ln in lines), lines
+    skipped = [ln for ln in lines if ln.startswith("broken: not run")]
+    assert len(skipped) == 1 and "not valid TOML" in skipped[0] and skipped[0].endswith("."), lines
+    assert "2 tasks run, 1 not run" in lines[-1]
+    assert done.returncode == 1 and "1 of 3 tasks did not run" in done.stderr, done.stderr
 
 
 def test_copy_with_a_wildcard_and_the_usual_var_log(tmp_path, cache):
@@ -467,13 +531,17 @@ def test_a_cache_the_sandbox_cannot_enter_is_named_with_the_fix(tmp_path):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
+def test_entrypoint_starts_before_the_agent_and_the_verifier_sees_it(tmp_path, cache):
+    """Harbor starts the ENTRYPOINT once, with the container: the verifier runs in that live
+    container. Here it starts with the episode's shell, and the verifier joins that shell
+    (as root); where it cannot, the ENTRYPOINT is started again for the verifier."""
     entry = '#!/bin/bash\necho "$(date +%s%N)" >> /logs/started\nexec "$@"\n'
     dockerfile = (
         'FROM x\nCOPY entry.sh /entry.sh\nRUN chmod +x /entry.sh\nENTRYPOINT ["/entry.sh"]\n'
     )
     test_sh = (
-        "#!/bin/bash\n[ $(wc -l < /logs/started) -ge 2 ] && echo 1 > /logs/verifier/reward.txt\n"
+        '#!/bin/bash\nprintf \'{"reward": 1, "starts": %d}\' "$(wc -l < /logs/started)" '
+        "> /logs/verifier/reward.json\n"
     )
     task = make_task(tmp_path / "t", dockerfile, test_sh, {"entry.sh": entry})
     env = ShellEnv(timeout_s=20)
@@ -481,7 +549,38 @@ def test_entrypoint_starts_before_the_agent_and_the_verifier(tmp_path, cache):
         obs, _ = env.reset(options={"task": task})
         assert "bash shell in /app," in obs  # no WORKDIR: Harbor's default
         assert env.step("<bash>wc -l < /logs/started</bash>")[0].startswith("1\n")
-        assert env.step("<submit/>")[1] == 1.0  # started again for the verifier
+        _, reward, _, _, info = env.step("<submit/>")
+        assert info["rewards"] == {"reward": 1.0, "starts": 1.0 if os.geteuid() == 0 else 2.0}
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an episode's own network is made as root")
+def test_a_service_on_port_80_started_by_the_entrypoint_serves_the_verifier(tmp_path, cache):
+    """harbor-cookbook's dns-blacklisting: the ENTRYPOINT starts a server on port 80, as root
+    may in a container (before: PermissionError at pre-flight, the task not run). The
+    episode has a network namespace of its own where ports below 1024 are open to its uid."""
+    entry = (
+        "#!/bin/bash\npython3 -m http.server 80 --bind 127.0.0.1 --directory /srv/www "
+        '>/dev/null 2>&1 &\nsleep 1\nexec "$@"\n'
+    )
+    dockerfile = (
+        "FROM ubuntu:24.04\nCOPY entry.sh /entry.sh\nRUN chmod +x /entry.sh\n"
+        'COPY www/ /srv/www/\nWORKDIR /app\nENTRYPOINT ["/entry.sh"]\n'
+    )
+    fetch = "import urllib.request as u; print(u.urlopen('http://127.0.0.1/health').read())"
+    test_sh = (
+        f'#!/bin/bash\n[ "$(python3 -c "{fetch}")" = "b\'up\\\\n\'" ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh, {"entry.sh": entry, "www/health": "up\n"})
+    assert harbor.image(tmp_path / "t").problems == []
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        assert "up" in env.step(f'<bash>python3 -c "{fetch}"</bash>')[0]
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 1.0, info
     finally:
         env.close()
 

@@ -301,6 +301,40 @@ def test_the_verifier_outlives_agent_code_that_kills_everything(tmp_path):
 
 
 @needs_bwrap
+def test_a_writer_the_agent_left_running_never_reaches_the_verifiers_reward(tmp_path):
+    """The agent's processes run on while the verifier runs (as in Harbor's container): one
+    that keeps writing reward files writes into a folder the verifier never reads."""
+    forge = (
+        "(while :; do echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > "
+        "/logs/verifier/reward.json; sleep 0.01; done) >/dev/null 2>&1 & disown"
+    )
+    test_sh = "#!/bin/bash\nsleep 1\necho 0 > /logs/verifier/reward.txt\n"
+    reward, info = episode(load_harbor_task(make_folder(tmp_path / "t", test_sh=test_sh)), forge)
+    assert reward == 0.0 and info["rewards"] == {"reward": 0.0}, info
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="an episode's own network is made as root")
+def test_the_episodes_own_network_has_only_loopback_and_ends_with_it(tmp_path):
+    """Ports below 1024 are open in the episode's network namespace: it holds no interface
+    but its loopback, and its holder process is gone when the episode closes."""
+    task = load_harbor_task(make_folder(tmp_path / "t"))
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        sandbox = env.sandbox
+        assert sandbox is not None and sandbox.join_net is not None
+        holder = sandbox.join_net
+        names = "import socket; print(sorted(n for _, n in socket.if_nameindex()))"
+        assert env.step(f'<bash>python3 -c "{names}"</bash>')[0].startswith("['lo']")
+    finally:
+        env.close()
+    assert not os.path.exists(f"/proc/{holder}") or "sleep" not in Path(
+        f"/proc/{holder}/cmdline"
+    ).read_text(errors="replace")
+
+
+@needs_bwrap
 def test_git_does_not_run_the_agents_repository_config_in_the_verifier():
     """git runs commands a repository's config names (core.fsmonitor): the bundled git tasks'
     verifiers read the agent's repository without its config."""

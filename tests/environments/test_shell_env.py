@@ -207,11 +207,15 @@ def test_submit_grades_with_the_hidden_tests(env, task):
 
 
 def test_the_agent_cannot_outlive_its_episode(env, task):
-    """A process left running would rewrite the answer under the verifier: it is killed first."""
+    """What the agent leaves running runs on while the verifier runs (Harbor verifies in the
+    same live container), and is killed with the grading: nothing of it is left after."""
     env.reset(options={"task": task})
-    run(env, "echo 42 > answer.txt; (sleep 0.3; echo 0 > answer.txt) & disown")
+    uid = env.sandbox.uid
+    run(env, "echo 42 > answer.txt; (sleep 600) >/dev/null 2>&1 & disown")
     _, reward, *_ = env.step("<submit/>")
     assert reward == 1.0
+    if uid is not None:
+        assert live_pids(uid) == []
 
 
 @pytest.mark.parametrize(
