@@ -13,6 +13,7 @@ Ray worker that will hold the engine.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,18 @@ def require(name: str, *, weights: bool = False) -> EngineRow:
     if found.needs and importlib.util.find_spec(found.needs) is None:
         raise EngineMissing(found.missing)
     return found
+
+
+THREADS_ENV = "SKYRL_THREADS"
+"""Overrides "every core" for a threads setting of 0 (a machine shared with other work; the
+test suite sets 1): `trainer.threads`, `skyrl serve --threads`."""
+
+
+def torch_threads(threads: int) -> int:
+    """A threads setting as a count of torch threads: itself, or for 0 `$SKYRL_THREADS` when
+    it is a whole number above 0, else every core."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    return threads or (int(raw) if raw.isdigit() else 0) or os.cpu_count() or 1
 
 
 def build(

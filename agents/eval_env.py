@@ -111,7 +111,7 @@ def load_policy(ref: ModelRef, threads: int = 0, engine: str = "hf") -> Policy:
 
     hf_logging.disable_progress_bar()  # our own progress line follows; no tqdm bars
     path = ref.path or resolve_model(ref.spec)
-    local = engines.build(engine, path, threads=threads or os.cpu_count() or 1)
+    local = engines.build(engine, path, threads=engines.torch_threads(threads))
     sampler = SamplingClient(Local(local))
     return Policy(ChatFormat(local.tokenizer), lambda r, t, p: sampler.generate(r, t, p).result())
 

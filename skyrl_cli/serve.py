@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -73,7 +72,12 @@ def serve(
             "--state-dir", help="Checkpoints and the SQLite state file (default ./skyrl-serve)."
         ),
     ] = None,
-    threads: Annotated[int, typer.Option("--threads", help="torch threads (0 = every core).")] = 0,
+    threads: Annotated[
+        int,
+        typer.Option(
+            "--threads", help="torch threads (0 = $SKYRL_THREADS when set, else every core)."
+        ),
+    ] = 0,
     engine: Annotated[
         str,
         typer.Option(
@@ -121,7 +125,7 @@ def serve(
         model_path=Path(path).resolve(),
         state_dir=(state_dir or Path("skyrl-serve")).resolve(),
         api_keys=keys,
-        threads=threads or os.cpu_count() or 1,
+        threads=engines.torch_threads(threads),
         engine=engine,
         aliases={str(Path(path).resolve())},
     )

@@ -38,6 +38,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # needs the Debian mirror, which tests never reach (tests/environments/test_harbor_base.py
 # runs tasks over a small root file system it makes, with this unset)
 os.environ.setdefault("SKYRL_HARBOR_BASE", "host")
+# One torch thread a process (what a threads setting of 0 means, agents/engines.py): two xdist
+# workers, each test's `skyrl` processes and Ray workers share 2 cores, and torch's
+# default of a thread per core in each of them made every step wait on oversubscribed
+# cores. A test that needs another count sets trainer.threads itself.
+os.environ.setdefault("SKYRL_THREADS", "1")
 
 # The files that take longest (the CI log's --durations), longest first. `make pytest` hands
 # whole files to two xdist workers in collection order (--no-loadscope-reorder; xdist's own
@@ -66,6 +71,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     their own order, the other files keep theirs."""
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+    # SKYRL_THREADS for torch inside the test process too (learners and engines a test
+    # builds itself), once, before any test: collection imported it
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        from agents.engines import torch_threads
+
+        torch.set_num_threads(torch_threads(0))
 
 
 def _free_port() -> int:

@@ -233,7 +233,7 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     """Most recent checkpoints to keep on disk."""
     threads: int = Field(0, ge=0)
-    """torch threads per process (0 = every core)."""
+    """torch threads per process (0 = `$SKYRL_THREADS` when set, else every core)."""
     max_failed_fraction: float = Field(0.25, ge=0, le=1)
     """Warn on the console when more than this fraction of a step's episodes fail (an
     environment that raises, a timeout). A step where every episode failed stops the run."""

@@ -64,7 +64,8 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
         "log_to_driver": True,
         "logging_level": "WARNING",
         "configure_logging": True,
-        "runtime_env": {"env_vars": QUIET_ENV},
+        # a threads setting of 0 means the same in the workers as here, on any cluster
+        "runtime_env": {"env_vars": {**QUIET_ENV, **_threads_env()}},
     }
     if address:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -87,8 +88,13 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
     }
 
 
+def _threads_env() -> dict[str, str]:
+    value = os.environ.get(engine_table.THREADS_ENV)
+    return {engine_table.THREADS_ENV: value} if value is not None else {}
+
+
 def _threads(cfg: RunConfig) -> int:
-    return cfg.trainer.threads or os.cpu_count() or 1
+    return engine_table.torch_threads(cfg.trainer.threads)
 
 
 def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
@@ -99,7 +105,7 @@ def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
     if isinstance(cfg, LearnerSpec):
         from trainers.learner import TorchLearner
 
-        torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+        torch.set_num_threads(engine_table.torch_threads(cfg.threads))
         return TorchLearner(model_path, cfg, value_head=kind == "critic")
     torch.set_num_threads(_threads(cfg))
     if kind in ("engine", "reference"):  # the reference only scores: hf at any temperature

@@ -17,7 +17,6 @@ here, once. The step's pieces (`collect`, `train_step`, checkpoints) are trainer
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from typing import Any
 
 import torch
 
+from agents import engines
 from agents.agent_loop import Budget
 from agents.chat import ChatFormat
 from agents.evaluate import evaluate
@@ -200,7 +200,7 @@ class Session:
 def prepare(cfg: RunConfig, run: RunDir, resume: bool = False) -> Session:
     """Everything before the first step, for every schedule: clients, resume, tracker,
     eval before, supervised warm-up."""
-    torch.set_num_threads(cfg.trainer.threads or os.cpu_count() or 1)
+    torch.set_num_threads(engines.torch_threads(cfg.trainer.threads))
     spec = registry.resolve(cfg.env.name, cfg.environments)
     project = Path(cfg.project_dir) if cfg.project_dir else None
     make_env = partial(
