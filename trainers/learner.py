@@ -85,6 +85,10 @@ class TorchLearner:
         """The micro-batches (data indices) the last call ran here, in order."""
         self.short = 0
         """Passes fewer than the busiest worker's in the last call (collectives must pair)."""
+        self.share_prompts = True
+        """A micro-batch sharing its prompt runs it once (`_shared_prefix`); off under a
+        wrapper that gathers sharded weights per forward (FSDP2, DeepSpeed), whose backward
+        would find the prompt pass's gathered weights freed."""
         # Trained weights stay float32 (the master copy) and the forward runs under autocast
         # in model.dtype: an AdamW step of ~lr = 1e-5 is below bf16's resolution for most
         # weights, so bf16 weights stepped in place would mostly not move.
@@ -197,6 +201,7 @@ class TorchLearner:
         P = batch[0].prompt_len
         shared = (  # a group runs one model call per pass in every worker: plain passes only
             self.world == 1
+            and self.share_prompts
             and len(batch) > 1
             and P > 0
             and all(s.token_ids[:P] == batch[0].token_ids[:P] for s in batch)

@@ -58,6 +58,7 @@ class DistLearner:
         self.core.rank, self.core.world = rank, world
         self.rank, self.world, self.spec = rank, world, spec
         self.strategy = spec.strategy
+        self.core.share_prompts = self.strategy == "torch"
         self.param_names = [n for n, _ in self.core.model.named_parameters()]
         self.engine: Any = None
         {"torch": self._setup_torch, "fsdp": self._setup_fsdp, "deepspeed": self._setup_ds}[

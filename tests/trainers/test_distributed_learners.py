@@ -154,6 +154,22 @@ def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy
         ray_driver.kill(a)
 
 
+def test_one_fsdp_worker_steps_like_one_process(ray_driver, tiny, reference):
+    """One FSDP2 worker (a run resumed with `learner.num_workers=1`) takes the one-process
+    path where a micro-batch shares its prompt: the prompt pass must go through the wrapped
+    model's own forward, where FSDP gathers the root's sharded weights, not its body alone."""
+    from trainers.learner_group import learner_group
+
+    want_out, want, *_ = reference
+    group = learner_group(learner_spec(_cfg("fsdp", 1)), str(tiny), threads=2)
+    out = _one_update(group.call, _batch())
+    assert _worst(group.call("state_dict").result(), want) < 1e-5
+    for a, b in zip(out.loss_fn_outputs, want_out.loss_fn_outputs, strict=True):
+        assert a["logprobs"] == pytest.approx(b["logprobs"], abs=1e-5)
+    for a in group.actors:
+        ray_driver.kill(a)
+
+
 def _master_delta(save, tiny, tmp_path):
     """The fp32 master weights' change from the initial weights, read from a saved folder."""
     from agents.weights import from_pretrained
