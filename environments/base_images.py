@@ -11,9 +11,9 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `debian:bookworm`, `12`, `*-slim`       | bookworm                        |                              |
 | `debian:bullseye`, `11`                 | bullseye                        |                              |
 | `debian:trixie`, `13`, `latest`, none   | trixie                          |                              |
-| `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       |                              |
-| `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       |                              |
-| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         |                              |
+| `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       | `file` with apt Recommends   |
+| `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       | `file` with apt Recommends   |
+| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         | `file` with apt Recommends   |
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
@@ -266,9 +266,18 @@ def final_base(froms: list[str]) -> tuple[str, list[str]]:
     return image, images
 
 
+# Packages an Ubuntu `apt-get install` with Recommends brings (through the Recommends of
+# Ubuntu's packages) that Debian's does not: sha256's `apt-get install -y gcc` on ubuntu:24.04
+# brings `file`, which one of its tests runs.
+UBUNTU_RECOMMENDS = ("file",)
+
+
 def spec_of(base: Base, extra: tuple[str, ...] = (), recommends: bool = False) -> RootfsSpec:
     """The root file system of `base` with `extra` packages (apt-get install lines), their
-    Recommends too when `recommends` (an install line without --no-install-recommends)."""
+    Recommends too when `recommends` (an install line without --no-install-recommends). On an
+    Ubuntu image those Recommends also bring `UBUNTU_RECOMMENDS`, which Debian's do not."""
     spec = base.spec()
+    if recommends and extra and base.image.startswith("ubuntu:"):
+        extra = (*extra, *UBUNTU_RECOMMENDS)
     packages = tuple(sorted({*spec.packages, *extra}))
     return RootfsSpec(spec.release, packages, recommends=recommends and bool(extra))

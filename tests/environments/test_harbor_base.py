@@ -338,3 +338,22 @@ def test_the_bundled_tasks_run_on_this_machine_offline_unless_a_base_is_chosen(
         env.close()
         harbor._built.cache_clear()
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "image, run, has_file",
+    [
+        ("ubuntu:24.04", "RUN apt-get update && apt-get install -y gcc", True),
+        ("ubuntu:22.04", "RUN apt-get install -y gcc", True),
+        ("ubuntu:24.04", "RUN apt-get install -y --no-install-recommends gcc", False),
+        ("ubuntu:24.04", "RUN echo no apt here", False),
+        ("debian:trixie", "RUN apt-get install -y gcc", False),
+    ],
+)
+def test_an_ubuntu_apt_line_with_recommends_brings_file(tmp_path, image, run, has_file):
+    """sha256's `apt-get install -y gcc` on ubuntu:24.04 brings `file` (Ubuntu's Recommends
+    reach it, Debian trixie's do not); one of its tests runs `file`. The Ubuntu stand-in adds
+    `file` when an apt line installs with Recommends; a Debian image does not get it."""
+    plan = harbor.plan(tmp_path, f"FROM {image}\n{run}\n", harbor.BuildOptions())
+    assert plan.spec is not None
+    assert ("file" in plan.spec.packages) is has_file
