@@ -18,6 +18,7 @@ Weights for the engines are gathered one tensor at a time into rank 0, once per 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,12 @@ class DistLearner:
         from trainers.op_build import guard_op_builds
 
         guard_op_builds()  # a build killed in an earlier run must not wedge this one
+        # On CPU, DeepSpeed's communication backend compiles its shared-memory all-reduce op
+        # (~60 s on 2 cores, once per machine) for inference tensor parallelism alone; ZeRO
+        # training never calls it, so it is not built
+        # (the module: the name `torch` in deepspeed.comm is torch itself)
+        ds_comm: Any = importlib.import_module("deepspeed.comm.torch")
+        ds_comm.build_shm_op = lambda: None
         core, o = self.core, self.spec
         deepspeed.init_distributed(dist_backend=dist.get_backend(), auto_mpi_discovery=False)
         config = {

@@ -113,9 +113,14 @@ def _worst(got, want):
 @pytest.mark.parametrize(
     "strategy,stage", [("fsdp", 2), ("deepspeed", 2), ("deepspeed", 3), ("torch", 2)]
 )
-def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy, stage, tmp_path):
+def test_two_workers_step_like_one_process(
+    ray_driver, tiny, reference, strategy, stage, tmp_path, monkeypatch
+):
     from trainers.learner_group import learner_group
 
+    # where the workers would compile an op (learner_group hands them the driver's setting)
+    ops = tmp_path / "torch-extensions"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ops))
     want_out, want, want_moments, torch_ckpt, want_second = reference
     group = learner_group(learner_spec(_cfg(strategy, 2, stage)), str(tiny), threads=2)
     out = _one_update(group.call, _batch())
@@ -150,6 +155,9 @@ def test_two_workers_step_like_one_process(ray_driver, tiny, reference, strategy
     moments = torch.load(tmp_path / "reset" / "optimizer.pt", weights_only=False)
     for m in moments["full_optimizer"].values():
         assert m["step"] == 0 and not m["exp_avg"].any() and not m["exp_avg_sq"].any()
+    # nothing was compiled: DeepSpeed's CPU shared-memory all-reduce op, a ~60 s build on a
+    # fresh machine, serves only its inference path (trainers/learner_dist.py)
+    assert not list(ops.rglob("*.so")), sorted(p.name for p in ops.rglob("*"))
     for a in group.actors:
         ray_driver.kill(a)
 
