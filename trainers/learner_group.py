@@ -18,7 +18,8 @@ from trainers.client import ForwardBackwardOutput, LearnerSpec
 class _Member:
     """A Ray actor holding one `DistLearner`."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, env: dict[str, str]) -> None:
+        os.environ.update(env)  # first: DeepSpeed reads DS_ACCELERATOR when imported
         import torch
 
         torch.set_num_threads(threads)
@@ -119,7 +120,11 @@ def learner_group(
         raise ValueError(
             "learner.strategy=deepspeed needs the deepspeed package: pip install 'skyrl[deepspeed]'"
         )
-    env = {"TORCH_EXTENSIONS_DIR": extension_dir(), "DS_ACCELERATOR": _accelerator()}
+    from trainers.placement import worker_env
+
+    # an argument, not a Ray runtime_env (placement.worker_env says why)
+    env = {**worker_env(), "TORCH_EXTENSIONS_DIR": extension_dir()}
+    env["DS_ACCELERATOR"] = _accelerator()
     n = spec.num_workers
     member = ray.remote(_Member)
     # colocated: workers share the CPUs with the engines; on GPUs each holds one (NCCL
@@ -146,8 +151,7 @@ def learner_group(
             for r in range(n)
         ]
     actors: list[Any] = [
-        member.options(runtime_env={"env_vars": env}, **options[r]).remote(max(1, threads // n))
-        for r in range(n)
+        member.options(**options[r]).remote(max(1, threads // n), env) for r in range(n)
     ]
     host, port = ray.get(actors[0].open_store.remote(n))
     setup = [a.setup.remote(model_path, spec, host, port, r) for r, a in enumerate(actors)]

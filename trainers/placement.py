@@ -64,8 +64,6 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
         "log_to_driver": True,
         "logging_level": "WARNING",
         "configure_logging": True,
-        # a threads setting of 0 means the same in the workers as here, on any cluster
-        "runtime_env": {"env_vars": {**QUIET_ENV, **_threads_env()}},
     }
     if address:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -88,9 +86,17 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
     }
 
 
-def _threads_env() -> dict[str, str]:
+def worker_env() -> dict[str, str]:
+    """What every worker sets in its environment first, on any cluster: QUIET_ENV, and the
+    threads setting (0 means the same there as here).
+
+    A worker takes it as an argument, not as a Ray `runtime_env`: an actor with a runtime
+    environment cannot use the worker processes Ray has already started for the job, and
+    waits for a new one set up through Ray's runtime-env agent (about 2 s of CPU a worker,
+    every run).
+    """
     value = os.environ.get(engine_table.THREADS_ENV)
-    return {engine_table.THREADS_ENV: value} if value is not None else {}
+    return {**QUIET_ENV, **({engine_table.THREADS_ENV: value} if value is not None else {})}
 
 
 def _threads(cfg: RunConfig) -> int:
@@ -123,7 +129,10 @@ def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
 class _Worker:
     """A Ray actor holding one backend; `call` runs any of its methods."""
 
-    def __init__(self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> None:
+    def __init__(
+        self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec, env: dict[str, str]
+    ) -> None:
+        os.environ.update(env)  # before anything reads it: nothing heavy is imported yet
         self.backend = _build(kind, model_path, cfg)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -195,6 +204,7 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         start_ray(where)
         phase(f"starting the learner and engine workers, loading {cfg.model.name} into each")
         actor = ray.remote(num_cpus=0)(_Worker)
+        env = worker_env()
         handles: list[_RayHandle] = []
 
         def make(kind: str) -> Any:
@@ -211,7 +221,7 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
 
                 opts |= engine_options()
             handles.append(
-                _RayHandle(actor.options(**opts).remote(kind, str(model_path), made_of(kind)))
+                _RayHandle(actor.options(**opts).remote(kind, str(model_path), made_of(kind), env))
             )
             return handles[-1]
 

@@ -12,7 +12,7 @@ import torch
 from agents.engines import THREADS_ENV, torch_threads
 from agents.models import resolve_model
 from trainers.config import build_config
-from trainers.placement import _build, ray_init_kwargs
+from trainers.placement import _build, worker_env
 
 
 @pytest.mark.parametrize(
@@ -35,10 +35,9 @@ def test_zero_threads_means_skyrl_threads_else_every_core(monkeypatch, setting, 
 
 def test_ray_workers_get_the_variable_on_a_joined_cluster_too(monkeypatch):
     monkeypatch.setenv(THREADS_ENV, "1")
-    env_vars = ray_init_kwargs("127.0.0.2:1")["runtime_env"]["env_vars"]
-    assert env_vars[THREADS_ENV] == "1"
+    assert worker_env()[THREADS_ENV] == "1"  # what every worker sets first (placement.py)
     monkeypatch.delenv(THREADS_ENV)
-    assert THREADS_ENV not in ray_init_kwargs("127.0.0.2:1")["runtime_env"]["env_vars"]
+    assert THREADS_ENV not in worker_env()
 
 
 def test_a_worker_backend_uses_it(monkeypatch):
