@@ -276,16 +276,18 @@ def _shown(path: str) -> bool:
     return not any(path == d or path.startswith(d + "/") for d in HIDDEN_DIRS)
 
 
-def layer_view(root: Path, base: str = "/") -> list[str]:
+def layer_view(root: Path, base: str = "/", private: tuple[str, ...] = ()) -> list[str]:
     """bwrap arguments that show the layer at `root` at its paths over the system at `base`
     (the host's `/`, or a base image's root file system, whose `OWNED` folders are the
     layer's).
 
     A new entry in a system dir (`/etc/x`) shadows that dir with a tmpfs holding the system's
     entries (read-only) and the layer's; an entry that is new at the top, or under a
-    sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox."""
+    sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox.
+    `private` folders (`/etc` of an episode that is root inside) are the layer's, bound whole,
+    as `OWNED` ones."""
     args: list[str] = []
-    owned = OWNED if base != "/" else ()
+    owned = (*OWNED, *private) if base != "/" else ()
 
     def walk(rel: str) -> None:
         here = root / rel.lstrip("/")
@@ -347,11 +349,16 @@ class Layout:
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
         usual_dirs(self.root)
+        base = self.image.system_root or "/"
+        # root inside, as in the image's container: over a built root file system only (the
+        # host's own /etc is never copied), with a private /etc to add users to
+        private = ("/etc",) if self.image.system_root and sb.own_users() else ()
+        if private:
+            _copy_missing(Path(_on(base, "/etc")), _safe_target(self.root, "/etc"))
         chown_tree(sb.workdir, sb.uid)
         sb.mount_workdir = False
-        base = self.image.system_root or "/"
         sb.system_root = Path(base) if self.image.system_root else None
-        sb.view = [*layer_view(self.root, base), *own_hosts(sb), *kit_view(base)]
+        sb.view = [*layer_view(self.root, base, private), *own_hosts(sb), *kit_view(base)]
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
@@ -395,6 +402,27 @@ class Layout:
     def host_path(self, inner: str) -> Path:
         """Where the sandbox's `inner` path (in the layer) is on the host."""
         return _safe_target(self.root, inner)
+
+
+def _copy_missing(source: Path, dest: Path) -> None:
+    """Copy the tree at `source` into `dest`, keeping what `dest` has (the layer's files win
+    over the base's); symlinks are copied as links, other special files skipped."""
+    for folder, dirs, files in os.walk(source):
+        rel = os.path.relpath(folder, source)
+        target = dest if rel == "." else _safe_target(dest, rel)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in [*dirs, *files]:
+            src, out = os.path.join(folder, name), target / name
+            if os.path.lexists(out):
+                if out.is_symlink() and name in dirs:
+                    dirs.remove(name)  # the layer's link stands; nothing is written through it
+                continue
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), out)
+                if name in dirs:
+                    dirs.remove(name)  # os.walk does not follow it; nothing to copy under it
+            elif os.path.isfile(src):
+                shutil.copy2(src, out)
 
 
 USUAL_VAR = ("log", "tmp", "cache", "lib", "spool", "mail", "opt", "backups", "local")
