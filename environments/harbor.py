@@ -353,9 +353,15 @@ class Layout:
         # root inside, as in the image's container: over a built root file system only (the
         # host's own /etc is never copied), with a private /etc to add users to
         private = ("/etc",) if self.image.system_root and sb.own_users() else ()
-        if private:
-            _copy_missing(Path(_on(base, "/etc")), _safe_target(self.root, "/etc"))
+        copied = []
+        for inner in ("/etc", "/var") if private else ():  # the image's, as apt left them
+            source, skip = Path(_on(base, inner)), ("lib/dpkg",)  # dpkg's: bound read-only
+            copied += _copy_missing(source, _safe_target(self.root, inner), skip)
         chown_tree(sb.workdir, sb.uid)
+        for path, uid, gid, mode in copied:  # their owners inside as in the image (redis:redis)
+            os.lchown(path, sb.host_id(uid) or -1, sb.host_id(gid) or -1)
+            if not path.is_symlink():
+                path.chmod(mode)  # chown cleared set-id bits
         sb.mount_workdir = False
         sb.system_root = Path(base) if self.image.system_root else None
         sb.view = [*layer_view(self.root, base, private), *own_hosts(sb), *kit_view(base)]
@@ -404,15 +410,26 @@ class Layout:
         return _safe_target(self.root, inner)
 
 
-def _copy_missing(source: Path, dest: Path) -> None:
+def _copy_missing(
+    source: Path, dest: Path, skip: tuple[str, ...] = ()
+) -> list[tuple[Path, int, int, int]]:
     """Copy the tree at `source` into `dest`, keeping what `dest` has (the layer's files win
-    over the base's); symlinks are copied as links, other special files skipped."""
+    over the base's) and leaving out `skip` (paths relative to `source`); symlinks are copied
+    as links, other special files skipped. (copy, owner, group, mode) of every entry copied,
+    the owners the source's."""
+    copied = []
     for folder, dirs, files in os.walk(source):
         rel = os.path.relpath(folder, source)
         target = dest if rel == "." else _safe_target(dest, rel)
-        target.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.mkdir(parents=True)
+            st = os.lstat(folder)
+            copied.append((target, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
         for name in [*dirs, *files]:
             src, out = os.path.join(folder, name), target / name
+            if os.path.normpath(os.path.join(rel, name)) in skip:
+                dirs.remove(name)
+                continue
             if os.path.lexists(out):
                 if out.is_symlink() and name in dirs:
                     dirs.remove(name)  # the layer's link stands; nothing is written through it
@@ -423,6 +440,11 @@ def _copy_missing(source: Path, dest: Path) -> None:
                     dirs.remove(name)  # os.walk does not follow it; nothing to copy under it
             elif os.path.isfile(src):
                 shutil.copy2(src, out)
+            else:
+                continue
+            st = os.lstat(src)
+            copied.append((out, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+    return copied
 
 
 USUAL_VAR = ("log", "tmp", "cache", "lib", "spool", "mail", "opt", "backups", "local")

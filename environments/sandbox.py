@@ -834,6 +834,15 @@ class Sandbox:
         state.block, state.block_fd, state.userns_fd = block, block_fd, fd
         return True
 
+    def host_id(self, inner: int) -> int | None:
+        """The host uid (or gid) that `inner` is in the sandbox's own user namespace
+        (`own_users`): `uid` for 0, the block's for 1..65535; `uid` for any other id, or
+        where there is no such namespace."""
+        block = self._state.block
+        if block is None or not 0 < inner < userns.SIZE:
+            return self.uid
+        return block.start + inner
+
     def owns(self, uid: int) -> bool:
         """True for a host uid this sandbox's processes may run as."""
         return self._state.owns(uid)

@@ -9,6 +9,7 @@ a user asks for) it does not. The root file system is FAKE (`fake_rootfs`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,15 @@ setpriv --reuid=app --regid=app --clear-groups touch /var/log/app/consumer.log |
 setpriv --reuid=app --regid=app --clear-groups cat /etc/app_secret && ok=0
 echo $ok > /logs/verifier/reward.txt
 """
+SERVICE_TEST = """#!/bin/bash
+ok=1
+as_svc() { setpriv --reuid=svc --regid=svc --clear-groups "$@"; }
+[ "$(cat /app/report.txt)" = done ] || ok=0
+[ "$(as_svc cat /etc/svc/svc.conf)" = "port 6379" ] || ok=0
+as_svc touch /var/lib/svc/dump /var/log/svc/svc.log || ok=0
+[ "$(stat -c %U:%G:%a /var/lib/svc /etc/svc/svc.conf)" = "$(printf 'svc:svc:750\nsvc:svc:640')" ] || ok=0
+echo $ok > /logs/verifier/reward.txt
+"""
 NOBODY_SOLVE = "#!/bin/bash\necho done > /app/report.txt\n"
 NOBODY_TEST = """#!/bin/bash
 ok=1
@@ -52,7 +62,23 @@ echo $ok > /logs/verifier/reward.txt
 
 @pytest.fixture()
 def root_fs(monkeypatch):
+    """The fake root file system, with what a package of a service leaves (as redis-server's
+    does): its user `svc` (uid 100), its config readable by that user alone and its folders
+    in /var, owned by it."""
     with fake_rootfs.installed(monkeypatch, fake_rootfs.PROGRAMS + fake_rootfs.USERS) as target:
+        with open(target / "etc" / "passwd", "a") as f:
+            f.write("svc:x:100:100::/var/lib/svc:/usr/sbin/nologin\n")
+        with open(target / "etc" / "group", "a") as f:
+            f.write("svc:x:100:\n")
+        for path, mode in (("etc/svc/svc.conf", 0o640), ("var/lib/svc", 0o750),
+                           ("var/log/svc", 0o750)):  # fmt: skip # one entry a line
+            (target / path).parent.mkdir(parents=True, exist_ok=True)
+            if path.endswith(".conf"):
+                (target / path).write_text("port 6379\n")
+            else:
+                (target / path).mkdir()
+            os.chown(target / path, 100, 100)
+            (target / path).chmod(mode)
         yield target
 
 
@@ -86,8 +112,9 @@ def _reward(task, oracle: bool) -> tuple[float, dict]:
     [
         (USERADD_SOLVE, USERADD_TEST, ""),
         (NOBODY_SOLVE, NOBODY_TEST, "RUN echo top > secret && chmod 600 secret\n"),
+        (NOBODY_SOLVE, SERVICE_TEST, ""),
     ],
-    ids=["useradd-chown-root", "verifier-runs-as-nobody"],
+    ids=["useradd-chown-root", "verifier-runs-as-nobody", "service-user-of-the-image"],
 )
 def test_a_task_that_needs_root_inside_scores_as_in_docker(tmp_path, root_fs, solve, test_sh, run):
     """The oracle earns 1 (as Harbor gives it in Docker), noop 0."""
