@@ -453,11 +453,14 @@ from the layer, writable), not a host folder; `/var/run` and `/var/lock` stay li
 
 
 def usual_dirs(root: Path) -> None:
-    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all), as an image
-    does; folders a build made already are kept."""
+    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all) and `/run`,
+    as an image does; folders a build made already are kept. `/run` is the layer's, so a
+    service's socket there (supervisor's) is seen by every command of the episode, as in
+    one container, not a tmpfs of each command's own."""
     var = _safe_target(root, "/var")
     for name in USUAL_VAR:
         _safe_target(root, f"/var/{name}").mkdir(parents=True, exist_ok=True)
+    _safe_target(root, "/run/lock").mkdir(parents=True, exist_ok=True)
     for name, target in (("run", "/run"), ("lock", "/run/lock")):
         if not os.path.lexists(var / name):
             os.symlink(target, var / name)
