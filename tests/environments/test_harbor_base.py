@@ -39,11 +39,7 @@ from tests.environments.fake_rootfs import MARKER
         ("debian:bullseye", "bullseye", ()),
         ("debian:11", "bullseye", ()),
         ("ubuntu:22.04", "bookworm", ()),
-        (
-            "ubuntu:24.04",
-            "trixie",
-            ("procps",),
-        ),  # Ubuntu's image has ps, Debian's not  # Ubuntu's image has ps, Debian's not
+        ("ubuntu:24.04", "trixie", ("procps",)),  # Ubuntu's image has ps, Debian's not
         ("python:3.11", "bookworm", ("python3", "python3-pip", "python3-venv")),
         ("python:3.11-slim", "bookworm", ("python3", "python3-pip", "python3-venv")),
         ("python:3.11-slim-bookworm", "bookworm", ("python3-pip",)),
