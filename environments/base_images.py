@@ -11,9 +11,9 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `debian:bookworm`, `12`, `*-slim`       | bookworm                        |                              |
 | `debian:bullseye`, `11`                 | bullseye                        |                              |
 | `debian:trixie`, `13`, `latest`, none   | trixie                          |                              |
-| `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       | `file` with apt Recommends   |
-| `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       | `file` with apt Recommends   |
-| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         | `file` with apt Recommends   |
+| `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       | procps; `file` with apt Recommends |
+| `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       | procps; `file` with apt Recommends |
+| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         | procps; `file` with apt Recommends |
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
@@ -91,6 +91,9 @@ def _release_in(tag: str) -> str | None:
     return None
 
 
+UBUNTU_BASE = ("procps",)
+"""What Ubuntu's base image has and Debian's does not (`ps`, `pgrep`: a test that checks a
+service's user with `pgrep -u` runs it)."""
 TBENCH_TOOLS = ("tmux", "asciinema", "curl", "procps")
 """What Terminal-Bench's base images add to theirs (for its tmux-driven agents)."""
 
@@ -167,7 +170,8 @@ def base_for(name: str) -> Base | None:
             release = "bookworm"
         else:
             release = NEWEST
-        return Base(image, release, note=f"Debian {release} is the nearest Debian to {image}")
+        note = f"Debian {release} is the nearest Debian to {image}"
+        return Base(image, release, UBUNTU_BASE, note=note)
     if repo.startswith("ghcr.io/laude-institute/t-bench/"):  # Terminal-Bench's own bases
         return _tbench(image, repo.rsplit("/", 1)[-1])
     if repo == "python":

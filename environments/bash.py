@@ -298,7 +298,8 @@ class Bash:
                 pid = table[pid][0]
             victims = {p for p in tree if p not in keep}
             if uid is not None:
-                victims |= {p for p, (_, u, _) in table.items() if u == uid and p not in keep}
+                owns = self._sandbox.owns
+                victims |= {p for p, (_, u, _) in table.items() if owns(u) and p not in keep}
             if not victims:
                 return killed
             killed += len(victims)

@@ -276,16 +276,18 @@ def _shown(path: str) -> bool:
     return not any(path == d or path.startswith(d + "/") for d in HIDDEN_DIRS)
 
 
-def layer_view(root: Path, base: str = "/") -> list[str]:
+def layer_view(root: Path, base: str = "/", private: tuple[str, ...] = ()) -> list[str]:
     """bwrap arguments that show the layer at `root` at its paths over the system at `base`
     (the host's `/`, or a base image's root file system, whose `OWNED` folders are the
     layer's).
 
     A new entry in a system dir (`/etc/x`) shadows that dir with a tmpfs holding the system's
     entries (read-only) and the layer's; an entry that is new at the top, or under a
-    sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox."""
+    sandbox tmpfs (`/tmp`), is bound whole. Layer symlinks are made inside the sandbox.
+    `private` folders (`/etc` of an episode that is root inside) are the layer's, bound whole,
+    as `OWNED` ones."""
     args: list[str] = []
-    owned = OWNED if base != "/" else ()
+    owned = (*OWNED, *private) if base != "/" else ()
 
     def walk(rel: str) -> None:
         here = root / rel.lstrip("/")
@@ -347,11 +349,22 @@ class Layout:
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
         usual_dirs(self.root)
-        chown_tree(sb.workdir, sb.uid)
-        sb.mount_workdir = False
         base = self.image.system_root or "/"
+        # root inside, as in the image's container: over a built root file system only (the
+        # host's own /etc is never copied), with a private /etc to add users to
+        private = ("/etc",) if self.image.system_root and sb.own_users() else ()
+        copied = []
+        for inner in ("/etc", "/var") if private else ():  # the image's, as apt left them
+            source, skip = Path(_on(base, inner)), ("lib/dpkg",)  # dpkg's: bound read-only
+            copied += _copy_missing(source, _safe_target(self.root, inner), skip)
+        chown_tree(sb.workdir, sb.uid)
+        for path, uid, gid, mode in copied:  # their owners inside as in the image (redis:redis)
+            os.lchown(path, sb.host_id(uid) or -1, sb.host_id(gid) or -1)
+            if not path.is_symlink():
+                path.chmod(mode)  # chown cleared set-id bits
+        sb.mount_workdir = False
         sb.system_root = Path(base) if self.image.system_root else None
-        sb.view = [*layer_view(self.root, base), *own_hosts(sb), *kit_view(base)]
+        sb.view = [*layer_view(self.root, base, private), *own_hosts(sb), *kit_view(base)]
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
@@ -397,17 +410,57 @@ class Layout:
         return _safe_target(self.root, inner)
 
 
+def _copy_missing(
+    source: Path, dest: Path, skip: tuple[str, ...] = ()
+) -> list[tuple[Path, int, int, int]]:
+    """Copy the tree at `source` into `dest`, keeping what `dest` has (the layer's files win
+    over the base's) and leaving out `skip` (paths relative to `source`); symlinks are copied
+    as links, other special files skipped. (copy, owner, group, mode) of every entry copied,
+    the owners the source's."""
+    copied = []
+    for folder, dirs, files in os.walk(source):
+        rel = os.path.relpath(folder, source)
+        target = dest if rel == "." else _safe_target(dest, rel)
+        if not target.exists():
+            target.mkdir(parents=True)
+            st = os.lstat(folder)
+            copied.append((target, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+        for name in [*dirs, *files]:
+            src, out = os.path.join(folder, name), target / name
+            if os.path.normpath(os.path.join(rel, name)) in skip:
+                dirs.remove(name)
+                continue
+            if os.path.lexists(out):
+                if out.is_symlink() and name in dirs:
+                    dirs.remove(name)  # the layer's link stands; nothing is written through it
+                continue
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), out)
+                if name in dirs:
+                    dirs.remove(name)  # os.walk does not follow it; nothing to copy under it
+            elif os.path.isfile(src):
+                shutil.copy2(src, out)
+            else:
+                continue
+            st = os.lstat(src)
+            copied.append((out, st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)))
+    return copied
+
+
 USUAL_VAR = ("log", "tmp", "cache", "lib", "spool", "mail", "opt", "backups", "local")
 """`/var`'s folders in a Debian image: the layer has them, so `/var` is the image's (bound
 from the layer, writable), not a host folder; `/var/run` and `/var/lock` stay links to /run."""
 
 
 def usual_dirs(root: Path) -> None:
-    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all), as an image
-    does; folders a build made already are kept."""
+    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all) and `/run`,
+    as an image does; folders a build made already are kept. `/run` is the layer's, so a
+    service's socket there (supervisor's) is seen by every command of the episode, as in
+    one container, not a tmpfs of each command's own."""
     var = _safe_target(root, "/var")
     for name in USUAL_VAR:
         _safe_target(root, f"/var/{name}").mkdir(parents=True, exist_ok=True)
+    _safe_target(root, "/run/lock").mkdir(parents=True, exist_ok=True)
     for name, target in (("run", "/run"), ("lock", "/run/lock")):
         if not os.path.lexists(var / name):
             os.symlink(target, var / name)

@@ -45,9 +45,12 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from environments import userns
 
 if TYPE_CHECKING:
     import pexpect
@@ -206,10 +209,15 @@ def _pids() -> list[str]:
 
 def processes_of_uid(uid: int) -> list[tuple[int, int, str]]:
     """(pid, parent pid, state letter) of every process owned by `uid`, zombies included."""
+    return _processes(lambda owner: owner == uid)
+
+
+def _processes(owned: Callable[[int], bool]) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, state letter) of every process whose uid is `owned`."""
     found = []
     for pid in _pids():
         with contextlib.suppress(OSError, ValueError, IndexError):
-            if os.stat(f"/proc/{pid}").st_uid == uid:
+            if owned(os.stat(f"/proc/{pid}").st_uid):
                 with open(f"/proc/{pid}/stat") as f:  # "pid (comm) state ppid ..."
                     fields = f.read().rsplit(")", 1)[1].split()
                 found.append((int(pid), int(fields[1]), fields[0]))
@@ -401,18 +409,34 @@ class _State:
     closed: bool = False
     netns: subprocess.Popen | None = None
     """The holder of the sandbox's own network namespace (`Sandbox.own_network`)."""
+    block: range | None = None
+    """Host uids 1..65535 of the sandbox's own user namespace map to (`Sandbox.own_users`)."""
+    block_fd: int | None = None
+    userns_fd: int | None = None
+    """An fd on the sandbox's own user namespace, which lives as long as it is open."""
+
+    def owns(self, uid: int) -> bool:
+        """True for a host uid the sandbox's processes may run as: its own, or its block's."""
+        return uid == (os.getuid() if self.uid is None else self.uid) or (
+            self.block is not None and uid in self.block
+        )
 
     def kill_all(self) -> None:
         with self.lock:
             procs, self.procs = self.procs, []
         for proc in procs:
-            _kill_tree(proc, self.uid, self.bwrap)
+            _kill_tree(proc, self.owns, self.bwrap)
         if self.uid is not None:
-            # anything left (a fallback process that left its session) dies by uid
+            # anything left (a fallback process that left its session) dies by uid; one of
+            # the block's uids (a process that left its PID namespace's reach) by pid
             for _ in range(100):
-                if not pids_of_uid(self.uid, zombies=False):
+                left = [p for p, _, state in _processes(self.owns) if state != "Z"]
+                if not left:
                     break
                 _kill_uid(self.uid)
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 time.sleep(0.005)
 
     def close(self) -> None:
@@ -423,6 +447,10 @@ class _State:
         if self.netns is not None:
             self.netns.kill()
             self.netns.wait()
+        for fd in (self.userns_fd, self.block_fd):
+            if fd is not None:
+                os.close(fd)
+        self.userns_fd = self.block_fd = None
         if self.mounted:
             _unmount(self.workdir)
         if self.cgroup is not None:
@@ -447,7 +475,7 @@ def _exited(proc: Any, timeout: float) -> bool:
     return False
 
 
-def _kill_tree(proc: Any, uid: int | None, bwrap: bool) -> None:
+def _kill_tree(proc: Any, owned: Callable[[int], bool], bwrap: bool) -> None:
     """SIGKILL a tracked process and everything below it, leaving no zombie behind.
 
     Under bwrap the tracked pid is bwrap's outer process and its one child the command, pid 1
@@ -457,8 +485,7 @@ def _kill_tree(proc: Any, uid: int | None, bwrap: bool) -> None:
     reap it (some container inits do not). Then the process group and the process itself.
     """
     pid = proc.pid
-    owner = os.getuid() if uid is None else uid
-    children = [p for p, ppid, _ in processes_of_uid(owner) if ppid == pid] if bwrap else []
+    children = [p for p, ppid, _ in _processes(owned) if ppid == pid] if bwrap else []
     for child in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
@@ -610,6 +637,9 @@ class Sandbox:
         joined = self.join_net is not None and self.uid is not None and self.backend == "bwrap"
         if joined:  # as root, before the uid is dropped: the shell's network, not a new one
             cmd += ["nsenter", f"--net=/proc/{self.join_net}/ns/net", "--"]
+        users = self._state.userns_fd if self.backend == "bwrap" else None
+        if users is not None:  # as root: open the sandbox's user namespace for bwrap
+            cmd += userns.opener(users)
         cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
         cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
         if self.uid is not None:
@@ -637,9 +667,13 @@ class Sandbox:
             if self.mount_workdir:
                 cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += [*self.view, *(view or [])]
-            cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
-            cmd += ["--share-net"] if self.network or joined else []
+            if users is not None:
+                cmd += userns.bwrap_args(share_net=self.network or joined)
+            else:
+                cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
+                cmd += ["--share-net"] if self.network or joined else []
             cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
+            cmd += userns.closer() if users is not None else []
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         if self.backend == "fallback":
@@ -728,7 +762,7 @@ class Sandbox:
                 returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             timed_out = returncode is None
         if returncode is None:
-            _kill_tree(proc, self.uid, self.backend == "bwrap")
+            _kill_tree(proc, self._state.owns, self.backend == "bwrap")
         for stream in (proc.stdout, proc.stderr):
             stream.close()
         with self._state.lock, contextlib.suppress(ValueError):
@@ -778,6 +812,40 @@ class Sandbox:
         self._state.netns = holder
         self.join_net = holder.pid
         return True
+
+    def own_users(self) -> bool:
+        """As root under bwrap: every command from now on runs as uid 0 of one user namespace
+        of this sandbox's own, with Docker's default capabilities there (`environments.userns`),
+        as a container's root: it may add users, chown to them, run as `nobody`. Inside, uid 0
+        is `uid` and 1..65535 a block of host uids of this sandbox alone; host root is mapped
+        nowhere. Kept until close. False, with nothing changed, otherwise."""
+        state = self._state
+        if state.userns_fd is not None:
+            return True
+        if self.uid is None or self.backend != "bwrap":
+            return False
+        block, block_fd = userns.claim_block(_LOCK_DIR)
+        try:
+            fd = userns.make(self.uid, block)
+        except OSError as e:
+            os.close(block_fd)
+            log.warning("skyrl sandbox: no user namespace of its own (%s); not root inside", e)
+            return False
+        state.block, state.block_fd, state.userns_fd = block, block_fd, fd
+        return True
+
+    def host_id(self, inner: int) -> int | None:
+        """The host uid (or gid) that `inner` is in the sandbox's own user namespace
+        (`own_users`): `uid` for 0, the block's for 1..65535; `uid` for any other id, or
+        where there is no such namespace."""
+        block = self._state.block
+        if block is None or not 0 < inner < userns.SIZE:
+            return self.uid
+        return block.start + inner
+
+    def owns(self, uid: int) -> bool:
+        """True for a host uid this sandbox's processes may run as."""
+        return self._state.owns(uid)
 
     def kill_all(self) -> None:
         """Kill every process started so far; the sandbox stays usable."""

@@ -2,10 +2,7 @@
 images, an unknown image named in one pre-flight sentence, and a task whose build step and
 oracle run inside the root file system, not on the host.
 
-No test reaches the Debian mirror: the root file system here is FAKE, a small tree this
-module makes from a few of the host's programs and their libraries (plus a marker file no
-host has), put where `environments.rootfs.ensure_rootfs` looks for the spec the table gives,
-so it is found there and mmdebstrap is never run."""
+No test reaches the Debian mirror: the root file system here is FAKE (`fake_rootfs`)."""
 
 from __future__ import annotations
 
@@ -20,15 +17,12 @@ import pytest
 
 from environments import harbor
 from environments.base_images import base_for, final_base
-from environments.rootfs import ROOTFS_DIR_ENV, ensure_rootfs, rootfs_dir
+from environments.rootfs import ROOTFS_DIR_ENV, ensure_rootfs
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
 from tasks.harbor import load_harbor_task
-
-MARKER = "/etc/skyrl-fake-root"
-PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "rm", "cp",
-            "chmod", "sleep", "id", "grep", "kill", "dirname", "touch", "true", "wc")  # fmt: skip # a list
-
+from tests.environments import fake_rootfs
+from tests.environments.fake_rootfs import MARKER
 
 # ---------------------------------------------------------------------------- the table
 
@@ -45,7 +39,7 @@ PROGRAMS = ("env", "bash", "sh", "cat", "echo", "ls", "mkdir", "test", "stty", "
         ("debian:bullseye", "bullseye", ()),
         ("debian:11", "bullseye", ()),
         ("ubuntu:22.04", "bookworm", ()),
-        ("ubuntu:24.04", "trixie", ()),
+        ("ubuntu:24.04", "trixie", ("procps",)),  # Ubuntu's image has ps, Debian's not
         ("python:3.11", "bookworm", ("python3", "python3-pip", "python3-venv")),
         ("python:3.11-slim", "bookworm", ("python3", "python3-pip", "python3-venv")),
         ("python:3.11-slim-bookworm", "bookworm", ("python3-pip",)),
@@ -138,63 +132,13 @@ def test_an_apt_line_without_no_install_recommends_brings_recommends(
 pytestmark = pytest.mark.skipif(not bwrap_available(), reason="root file systems need bubblewrap")
 
 
-def _fake_rootfs(target: Path) -> None:
-    """A tiny root file system: PROGRAMS of the host with their libraries, and MARKER."""
-    files: set[str] = set()
-    for name in PROGRAMS:
-        path = shutil.which(name, path="/usr/bin:/bin")
-        assert path, name
-        files.add(os.path.realpath(path))
-        out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            for word in line.split():
-                if word.startswith("/"):
-                    files.add(word)
-                    files.add(os.path.realpath(word))
-    for name in ("bin", "lib", "lib64", "sbin"):  # merged /usr, as Debian's
-        os.symlink(f"usr/{name}", target / name)
-    for path in sorted(files):
-        rel = path.lstrip("/")
-        for top in ("bin/", "lib/", "lib64/", "sbin/"):
-            if rel.startswith(top):
-                rel = "usr/" + rel
-        dest = target / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, dest)
-    usr_bin = target / "usr" / "bin"
-    for name in PROGRAMS:  # under the names the scripts use
-        real = usr_bin / Path(os.path.realpath(shutil.which(name, path="/usr/bin:/bin"))).name
-        if not (usr_bin / name).exists():
-            os.symlink(real.name, usr_bin / name)
-    for name in ("bin", "lib", "share"):  # an empty /usr/local, as Debian's
-        (target / "usr" / "local" / name).mkdir(parents=True)
-    (target / "etc").mkdir()
-    (target / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
-    (target / MARKER.lstrip("/")).write_text("fake bookworm\n")
-    for path in [target, *target.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
-
-
 @pytest.fixture()
 def fake_root(monkeypatch):
     """Image and rootfs caches in the temp dir (sandbox uids must reach them) and a fake
     bookworm root file system where the table's spec for `debian:bookworm` is looked up;
     the host fallback the rest of the suite asks for is off."""
-    top = Path(tempfile.mkdtemp(prefix="skyrl-harbor-base-"))
-    top.chmod(0o755)
-    monkeypatch.setenv("SKYRL_HARBOR_CACHE", str(top / "cache"))
-    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top / "rootfs"))
-    monkeypatch.delenv(harbor.BASE_ENV, raising=False)
-    base = base_for("debian:bookworm")
-    assert base is not None
-    target = rootfs_dir(base.spec())
-    target.mkdir(parents=True)
-    _fake_rootfs(target)
-    harbor._built.cache_clear()
-    yield target
-    harbor._built.cache_clear()
-    shutil.rmtree(top, ignore_errors=True)
+    with fake_rootfs.installed(monkeypatch) as target:
+        yield target
 
 
 TEST_SH = """#!/bin/bash

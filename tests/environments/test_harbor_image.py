@@ -585,6 +585,25 @@ def test_a_service_on_port_80_started_by_the_entrypoint_serves_the_verifier(tmp_
         env.close()
 
 
+def test_run_is_one_folder_for_the_whole_episode(tmp_path, cache):
+    """A container's /run is one folder: a service's socket or pid file there (supervisor's
+    `/var/run/supervisor.sock`) is seen by every later command, the verifier's too (before:
+    a fresh /run for each command, so `supervisorctl` in the tests found no socket)."""
+    test_sh = (
+        '#!/bin/bash\n[ "$(cat /run/svc.pid /var/run/other.pid)" = "$(printf "1\\n2")" ] '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", "FROM x\nWORKDIR /app\n", test_sh)
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        env.step("<bash>echo 1 > /run/svc.pid; echo 2 > /var/run/other.pid</bash>")
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 1.0, info["verifier"]["output"]
+    finally:
+        env.close()
+
+
 # ---------------------------------------------------------------------------- containers
 
 WORKING_RUNTIMES = [r for r in RUNTIMES if runtime_problem(r) is None]
