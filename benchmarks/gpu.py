@@ -189,7 +189,7 @@ def bench_learners(name: str, path: Path, a: argparse.Namespace) -> list[dict]:
     from trainers.client import AdamParams, Datum, learner_spec
     from trainers.config import build_config
     from trainers.learner_group import learner_group
-    from trainers.placement import _RayHandle, _Worker, start_ray
+    from trainers.placement import _RayHandle, _Worker, start_ray, worker_env
 
     start_ray(None)  # loopback, no dashboard, token auth; ray.shutdown() in main stops it
     gpus = 1 if ray.cluster_resources().get("GPU") else 0
@@ -236,7 +236,7 @@ def bench_learners(name: str, path: Path, a: argparse.Namespace) -> list[dict]:
         handle: Any
         if label == "torch":  # as trainers/placement.py starts the one-process learner
             actor = ray.remote(num_cpus=0)(_Worker).options(num_gpus=gpus)
-            handle = _RayHandle(actor.remote("learner", str(path), learner_spec(cfg)))
+            handle = _RayHandle(actor.remote("learner", str(path), learner_spec(cfg), worker_env()))
             actors = [handle.actor]
         else:
             handle = learner_group(learner_spec(cfg), str(path), a.threads or os.cpu_count() or 1)
