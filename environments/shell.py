@@ -22,10 +22,12 @@ it stands and truncates the episode. Every failure is an observation, never an e
 The shell, its command protocol and its limits (`timeout_s`, `Limits.output_bytes`, a
 flood of output) are `environments.bash`'s.
 
-Rewards: grading kills every process of the agent, makes `/logs/verifier` anew (empty), puts
-the task's `tests/` at /tests (never seen before; `test.sh` itself read-only), runs
-`/tests/test.sh` as the sandbox's pid 1 (code it runs cannot signal it) with
-`[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
+Rewards: grading (`_grade`) leaves the agent's processes running where the verifier can
+join the shell's network (as root; else it kills them first), makes `/logs/verifier` anew
+(empty), puts the task's `tests/` at /tests (never seen before; `test.sh` itself read-only),
+runs `/tests/test.sh` (pid 1 of a PID namespace of its own, which code it runs cannot
+signal; with root inside, in the episode's PID namespace, where it sees the agent's
+processes) with `[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
 verifier that finished: one stopped at its time limit or ended by a signal scores 0.0 with
 the cause. `reward_key` picks the key of a multi-key reward.json (default `reward`, else the
 mean); `info["rewards"]` has them all. No reward file, or an invalid one, scores 0.0 and
