@@ -278,21 +278,26 @@ class Bash:
         sandbox wrappers): a timed-out command, its children, whatever it left running.
         The number of processes killed; None when the shell itself is gone."""
         root, uid = self._shell.pid, self._sandbox.uid
+        # in the sandbox's PID namespace the shell's own namespace hangs below its init, not
+        # below the wrapper (`Sandbox.command_roots`); the holder of that namespace stays
+        roots: list[int] = getattr(self._sandbox, "command_roots", lambda pid: [])(root)
+        held: set[int] = getattr(self._sandbox, "holder_pids", set)()
         killed = 0
         for _ in range(50):
             table = _proc_table()
             children: dict[int, list[int]] = {}
             for pid, (ppid, _, _) in table.items():
                 children.setdefault(ppid, []).append(pid)
-            tree, todo = set(), [root]
+            tree, todo = set(), [root, *roots]
             while todo:
                 pid = todo.pop()
-                tree.add(pid)
-                todo += children.get(pid, [])
+                if pid in table:
+                    tree.add(pid)
+                    todo += children.get(pid, [])
             shell = [p for p in tree if table[p][2] == self._shell_nspid]
             if len(shell) != 1:
                 return None
-            keep, pid = set(), shell[0]
+            keep, pid = {root, *held}, shell[0]
             while pid in tree:
                 keep.add(pid)
                 pid = table[pid][0]

@@ -27,6 +27,14 @@ The command line of every process is
 - `bwrap ... --as-pid-1` makes the command pid 1 of its PID namespace, reaped by the outer
   bwrap, which we reap (bwrap's own init would be orphaned to the host's pid 1).
 - `env -i` gives the command a clean environment (`PATH`, `HOME`, `LANG`, `TMPDIR`).
+
+Root inside (`own_users`) adds one PID namespace per sandbox, held by a bwrap whose init
+(pid 1 there, which reaps what it adopts) runs `sleep`, in the sandbox's user namespace:
+every command makes its own PID namespace inside it (`bwrap --pidns --unshare-pid`, bwrap's
+init as its pid 1, adopted by the holder's), so no command sees another's processes; one
+with `share_pids` (a Harbor verifier) runs in that namespace itself and sees them all, as a
+`docker exec` sees a container's, while none of them sees it. Every bwrap's outer process
+stays in the host's PID namespace, unseen from inside (it holds the host's mounts).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import random
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -414,6 +423,12 @@ class _State:
     block_fd: int | None = None
     userns_fd: int | None = None
     """An fd on the sandbox's own user namespace, which lives as long as it is open."""
+    pids: subprocess.Popen | None = None
+    """The holder of the sandbox's PID namespace (`Sandbox.share_pids`): a bwrap whose pid 1
+    (`pids_init`) is that namespace's init; it dies with kill_all, a later command makes one."""
+    pids_init: int | None = None
+    pids_fd: int | None = None
+    """An fd on that PID namespace, for bwrap's `--pidns`."""
 
     def owns(self, uid: int) -> bool:
         """True for a host uid the sandbox's processes may run as: its own, or its block's."""
@@ -425,7 +440,8 @@ class _State:
         with self.lock:
             procs, self.procs = self.procs, []
         for proc in procs:
-            _kill_tree(proc, self.owns, self.bwrap)
+            _kill_tree(proc, self.owns, self.bwrap, self.pids_init)
+        self.drop_pids()  # before the sweep, which would leave its init to the host's pid 1
         if self.uid is not None:
             # anything left (a fallback process that left its session) dies by uid; one of
             # the block's uids (a process that left its PID namespace's reach) by pid
@@ -438,6 +454,21 @@ class _State:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(0.005)
+
+    def drop_pids(self) -> None:
+        """End the sandbox's PID namespace, and so every process in it: its init first, which
+        the holder reaps (as `_kill_tree`), then the holder."""
+        if self.pids is not None:
+            if self.pids.poll() is None and self.pids_init is not None:  # alive while it is
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pids_init, signal.SIGKILL)
+            if not _exited(self.pids, 1.0):
+                with contextlib.suppress(ProcessLookupError):
+                    self.pids.kill()
+                self.pids.wait()
+        if self.pids_fd is not None:
+            os.close(self.pids_fd)
+        self.pids, self.pids_init, self.pids_fd = None, None, None
 
     def close(self) -> None:
         if self.closed:
@@ -475,7 +506,56 @@ def _exited(proc: Any, timeout: float) -> bool:
     return False
 
 
-def _kill_tree(proc: Any, owned: Callable[[int], bool], bwrap: bool) -> None:
+def _outputs(proc: Any) -> set[tuple[int, int]]:
+    """(device, inode) of a tracked process's stdout and stderr (our ends of its pipes, or
+    its terminal), which the init of its own PID namespace keeps; /dev/null left out."""
+    found = set()
+    for number, stream in ((1, getattr(proc, "stdout", None)), (2, getattr(proc, "stderr", None))):
+        with contextlib.suppress(OSError, ValueError):
+            if isinstance(proc, subprocess.Popen):
+                if stream is None or stream.closed:
+                    continue
+                st = os.fstat(stream.fileno())
+            else:
+                st = os.stat(f"/proc/{proc.pid}/fd/{number}")
+            if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat("/dev/null").st_rdev):
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def _writing_to(
+    outputs: set[tuple[int, int]], owned: Callable[[int], bool], parent: int | None = None
+) -> list[int]:
+    """The sandbox's live processes (children of `parent`, if given) whose stdout or stderr
+    is one of `outputs`."""
+    found = []
+    for pid, ppid, state in _processes(owned) if outputs else []:
+        if state == "Z" or (parent is not None and ppid != parent):
+            continue
+        for number in (1, 2):
+            with contextlib.suppress(OSError):
+                st = os.stat(f"/proc/{pid}/fd/{number}")
+                if (st.st_dev, st.st_ino) in outputs:
+                    found.append(pid)
+                    break
+    return found
+
+
+def _inner_roots(
+    proc: Any, owned: Callable[[int], bool], bwrap: bool, adopter: int | None
+) -> list[int]:
+    """The processes that head a tracked command inside the sandbox: bwrap's child (the
+    command, pid 1 of its PID namespace, `--as-pid-1`) or, in the sandbox's PID namespace,
+    the init of the command's own namespace, which bwrap leaves to that namespace's init
+    (`adopter`) and which keeps the command's stdout."""
+    pid = proc.pid
+    roots = [p for p, ppid, _ in _processes(owned) if ppid == pid] if bwrap else []
+    return roots + (_writing_to(_outputs(proc), owned, adopter) if adopter is not None else [])
+
+
+def _kill_tree(
+    proc: Any, owned: Callable[[int], bool], bwrap: bool, adopter: int | None = None
+) -> None:
     """SIGKILL a tracked process and everything below it, leaving no zombie behind.
 
     Under bwrap the tracked pid is bwrap's outer process and its one child the command, pid 1
@@ -483,14 +563,17 @@ def _kill_tree(proc: Any, owned: Callable[[int], bool], bwrap: bool) -> None:
     (the kernel kills and reaps everything in it), then the outer bwrap reaps it and exits.
     Killing the outer first would orphan its child to the host's pid 1, which may never
     reap it (some container inits do not). Then the process group and the process itself.
+    In the sandbox's PID namespace (`adopter`, its init) the command's namespace is headed
+    by bwrap's init there, which that init adopted and reaps: killing it takes the command
+    down; the outer bwrap is killed at once (it would wait for an exit status forever).
     """
-    pid = proc.pid
-    children = [p for p, ppid, _ in _processes(owned) if ppid == pid] if bwrap else []
+    children = _inner_roots(proc, owned, bwrap, adopter)
     for child in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-    if children and _exited(proc, 0.5):
+    if children and adopter is None and _exited(proc, 0.5):
         return
+    pid = proc.pid
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -591,6 +674,12 @@ class Sandbox:
         self.network = False
         """Under bwrap: share the host's network (an env build reaching a package index).
         Off, a sandbox has no network but its own loopback."""
+        self.share_pids = False
+        """In the sandbox's own user namespace (`own_users`): run in the sandbox's PID
+        namespace itself, which sees (and may signal) every process its other commands
+        started, each of them in a PID namespace of its own inside it that cannot see this
+        one: a Harbor verifier finds the agent's processes as in Harbor's one container.
+        Ignored elsewhere (each command has a PID namespace of its own)."""
         self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
         self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped
         self._finalizer = weakref.finalize(self, _State.close, self._state)
@@ -629,21 +718,10 @@ class Sandbox:
             raise ValueError("an empty command line")
         mb = 1024 * 1024
         lim = self.limits
-        nproc, as_mb = self._nproc_and_as_mb()
-        cmd = []
-        if self.memory_cgroup is not None:  # join the cgroup, then become the command
-            procs = str(self.memory_cgroup / "cgroup.procs")
-            cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
         joined = self.join_net is not None and self.uid is not None and self.backend == "bwrap"
-        if joined:  # as root, before the uid is dropped: the shell's network, not a new one
-            cmd += ["nsenter", f"--net=/proc/{self.join_net}/ns/net", "--"]
         users = self._state.userns_fd if self.backend == "bwrap" else None
-        if users is not None:  # as root: open the sandbox's user namespace for bwrap
-            cmd += userns.opener(users)
-        cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
-        cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
-        if self.uid is not None:
-            cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        pidns = self._episode_pids(users) if users is not None else None
+        cmd = self._wrappers(users, pidns, self.join_net if joined else None)
         if self.backend == "bwrap":
             root = str(self.system_root) if self.system_root is not None else "/"
             cmd += [BWRAP, *_system_binds(root), "--dev", "/dev", "--proc", "/proc"]
@@ -667,12 +745,16 @@ class Sandbox:
             if self.mount_workdir:
                 cmd += ["--bind", str(self.workdir), INNER_WORKDIR]
             cmd += [*self.view, *(view or [])]
+            pids: Literal["own", "child", "shared"] = "own"
+            if pidns is not None:  # no --as-pid-1 there: bwrap's init reports the exit status
+                pids = "shared" if self.share_pids else "child"
             if users is not None:
-                cmd += userns.bwrap_args(share_net=self.network or joined)
+                cmd += userns.bwrap_args(share_net=self.network or joined, pids=pids)
             else:
                 cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
                 cmd += ["--share-net"] if self.network or joined else []
-            cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--chdir", "/"]
+            cmd += ["--die-with-parent", "--new-session", "--chdir", "/"]
+            cmd += ["--as-pid-1"] if pids == "own" else []
             cmd += userns.closer() if users is not None else []
         inner = os.path.join(self.inner_workdir, cwd or "")
         clean = {"PATH": PATH, "HOME": self.inner_workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
@@ -683,6 +765,87 @@ class Sandbox:
         cmd += ["env", "-i", "-C", inner, *(f"{k}={v}" for k, v in clean.items())]
         cmd += [*self.entrypoint, *argv]
         return cmd
+
+    def _wrappers(self, users: int | None, pidns: int | None, net: int | None) -> list[str]:
+        """The command line before bwrap: join the memory cgroup, the network of `net` (a
+        pid), open the namespaces bwrap joins (`users`, `pidns`: fds of ours), the limits,
+        the uid dropped."""
+        mb = 1024 * 1024
+        lim = self.limits
+        nproc, as_mb = self._nproc_and_as_mb()
+        cmd = []
+        if self.memory_cgroup is not None:  # join the cgroup, then become the command
+            procs = str(self.memory_cgroup / "cgroup.procs")
+            cmd += ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs]
+        if net is not None:  # as root, before the uid is dropped: the shell's network
+            cmd += ["nsenter", f"--net=/proc/{net}/ns/net", "--"]
+        if users is not None:  # as root: open the sandbox's user namespace for bwrap
+            cmd += userns.opener(users)
+        if pidns is not None:
+            cmd += userns.opener(pidns, userns.PIDNS_FD)
+        cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
+        cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
+        if self.uid is not None:
+            cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
+        return cmd
+
+    def _episode_pids(self, users: int) -> int | None:
+        """An fd on the sandbox's PID namespace, made now when none is alive: that of a bwrap
+        in the sandbox's user namespace whose pid 1 (bwrap's init, which reaps what it
+        adopts) runs `sleep` there, so the namespace is that user namespace's and bwrap may
+        mount a /proc of it. None, with a warning, where it cannot be made."""
+        state = self._state
+        if state.pids is not None and state.pids.poll() is None:
+            return state.pids_fd
+        state.drop_pids()
+        root = str(self.system_root) if self.system_root is not None else "/"
+        cmd = [*self._wrappers(users, None, None), BWRAP, *_system_binds(root)]
+        cmd += ["--userns", str(userns.FD), "--unshare-pid", "--unshare-net", "--unshare-ipc"]
+        cmd += ["--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        cmd += ["--chdir", "/", *userns.closer(), "sleep", "infinity"]
+        holder = subprocess.Popen(
+            cmd, env=_WRAPPER_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip # arguments grouped by meaning
+        ours, deadline = os.readlink("/proc/self/ns/pid"), time.monotonic() + 5
+        while holder.poll() is None and time.monotonic() < deadline:
+            for pid in [p for p, ppid, _ in _processes(self.owns) if ppid == holder.pid]:
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/ns/pid") != ours:  # bwrap's pid 1 there
+                        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                        state.pids, state.pids_init, state.pids_fd = holder, pid, fd
+                        return fd
+            time.sleep(0.005)
+        with contextlib.suppress(ProcessLookupError):
+            holder.kill()
+        holder.wait()
+        log.warning("skyrl sandbox: no PID namespace of its own (exit %s)", holder.returncode)
+        return None
+
+    def command_roots(self, host_pid: int) -> list[int]:
+        """The processes that head the command whose wrapper chain is `host_pid` (a tracked
+        process, e.g. `Bash.host_pid`) inside the sandbox: the command itself, pid 1 of its
+        PID namespace, or, in the sandbox's PID namespace, the init of the command's."""
+        with self._state.lock:
+            proc = next((p for p in self._state.procs if p.pid == host_pid), None)
+        if proc is None:
+            return []
+        return _inner_roots(proc, self.owns, self.backend == "bwrap", self._state.pids_init)
+
+    def holder_pids(self) -> set[int]:
+        """Host pids of the processes that hold the sandbox's PID namespace (not the agent's:
+        killing one ends every command of the sandbox)."""
+        state = self._state
+        if state.pids is None or state.pids_init is None:
+            return set()
+        held = {state.pids.pid, state.pids_init}
+        with contextlib.suppress(OSError):  # the namespace itself, not one inside it
+            ns = os.readlink(f"/proc/{state.pids_init}/ns/pid")
+            for pid, ppid, _ in _processes(self.owns):
+                with contextlib.suppress(OSError):
+                    if ppid == state.pids_init and os.readlink(f"/proc/{pid}/ns/pid") == ns:
+                        held.add(pid)
+        return held
 
     def _track(self, proc: Any) -> None:
         with self._state.lock:
@@ -740,6 +903,10 @@ class Sandbox:
         cap, used, timed_out, truncated = self.limits.output_bytes, 0, False, False
         chunks: dict[int, list[bytes]] = {1: [], 2: []}
         assert proc.stdout is not None and proc.stderr is not None
+        # in the sandbox's PID namespace the command's namespace outlives it (bwrap's init
+        # waits for every process there): what it left writing to its output dies with it,
+        # as it does where the command is pid 1 of its own namespace
+        adopter = self._state.pids_init
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, 1)
             sel.register(proc.stderr, selectors.EVENT_READ, 2)
@@ -748,7 +915,13 @@ class Sandbox:
                 if left <= 0:
                     timed_out = True
                     break
-                for key, _ in sel.select(left):
+                ready = sel.select(left if adopter is None else min(left, 0.05))
+                if not ready and adopter is not None and proc.poll() is not None:
+                    for pid in _writing_to(_outputs(proc), self.owns):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    adopter = None
+                for key, _ in ready:
                     data = os.read(key.fd, 65536)
                     if not data:
                         sel.unregister(key.fileobj)
@@ -762,7 +935,7 @@ class Sandbox:
                 returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             timed_out = returncode is None
         if returncode is None:
-            _kill_tree(proc, self._state.owns, self.backend == "bwrap")
+            _kill_tree(proc, self._state.owns, self.backend == "bwrap", self._state.pids_init)
         for stream in (proc.stdout, proc.stderr):
             stream.close()
         with self._state.lock, contextlib.suppress(ValueError):
@@ -818,7 +991,8 @@ class Sandbox:
         of this sandbox's own, with Docker's default capabilities there (`environments.userns`),
         as a container's root: it may add users, chown to them, run as `nobody`. Inside, uid 0
         is `uid` and 1..65535 a block of host uids of this sandbox alone; host root is mapped
-        nowhere. Kept until close. False, with nothing changed, otherwise."""
+        nowhere. Kept until close; its commands get a PID namespace of the sandbox's, each
+        one its own inside it (`share_pids`). False, with nothing changed, otherwise."""
         state = self._state
         if state.userns_fd is not None:
             return True

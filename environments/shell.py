@@ -22,10 +22,12 @@ it stands and truncates the episode. Every failure is an observation, never an e
 The shell, its command protocol and its limits (`timeout_s`, `Limits.output_bytes`, a
 flood of output) are `environments.bash`'s.
 
-Rewards: grading kills every process of the agent, makes `/logs/verifier` anew (empty), puts
-the task's `tests/` at /tests (never seen before; `test.sh` itself read-only), runs
-`/tests/test.sh` as the sandbox's pid 1 (code it runs cannot signal it) with
-`[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
+Rewards: grading (`_grade`) leaves the agent's processes running where the verifier can
+join the shell's network (as root; else it kills them first), makes `/logs/verifier` anew
+(empty), puts the task's `tests/` at /tests (never seen before; `test.sh` itself read-only),
+runs `/tests/test.sh` (pid 1 of a PID namespace of its own, which code it runs cannot
+signal; with root inside, in the episode's PID namespace, where it sees the agent's
+processes) with `[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
 verifier that finished: one stopped at its time limit or ended by a signal scores 0.0 with
 the cause. `reward_key` picks the key of a multi-key reward.json (default `reward`, else the
 mean); `info["rewards"]` has them all. No reward file, or an invalid one, scores 0.0 and
@@ -51,7 +53,7 @@ import gymnasium as gym
 from environments import harbor, harbor_steps, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.container import RUNTIMES, Container, runtime_problem
-from environments.sandbox import Limits, Sandbox, processes_of_uid
+from environments.sandbox import Limits, Sandbox
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import (
@@ -321,14 +323,15 @@ class ShellEnv(gym.Env):
         return named, named.get("reward", sum(named.values()) / len(named)), None
 
     def _live_shell(self) -> int | None:
-        """The pid of the agent's shell's PID 1 (in its network namespace), when the verifier
-        can join that namespace (bwrap, as root) and the shell is alive; else None."""
+        """The pid of a process at the head of the agent's shell (in its network namespace),
+        when the verifier can join that namespace (bwrap, as root) and the shell is alive;
+        else None."""
         sandbox, bash = self._sandbox, self._bash
         if sandbox is None or bash is None or sandbox.uid is None:
             return None
         if not isinstance(self._layout, harbor.Layout) or bash.host_pid is None:
             return None
-        inner = [p for p, ppid, _ in processes_of_uid(sandbox.uid) if ppid == bash.host_pid]
+        inner = sandbox.command_roots(bash.host_pid)
         return inner[0] if len(inner) == 1 else None
 
     def _grade(self) -> tuple[float | None, dict[str, float], str | None, dict[str, Any]]:
@@ -336,9 +339,13 @@ class ShellEnv(gym.Env):
 
         As in Harbor's one live container, what the agent left running (a service the oracle
         started) keeps running while the verifier runs, and the verifier reaches it on the
-        same loopback; the verifier itself is PID 1 of a PID namespace of its own, and its
-        `/logs/verifier` a fresh folder no process of the agent's can see. Where the verifier
-        cannot join the shell's network (not root), the agent's processes are killed first."""
+        same loopback. Where the sandbox has a user namespace of its own (root inside), the
+        verifier runs in the sandbox's PID namespace (`Sandbox.share_pids`): it sees and may
+        signal every process of the agent (`pgrep -u`, `killall`, as in Harbor), each of them
+        in a PID namespace inside it that cannot see the verifier; elsewhere the verifier is
+        PID 1 of a PID namespace of its own. Its `/logs/verifier` is a fresh folder no process
+        of the agent's can see. Where the verifier cannot join the shell's network (not root),
+        the agent's processes are killed first."""
         sandbox, task, layout = self._sandbox, self._task, self._layout
         assert sandbox is not None and task is not None and layout is not None
         holder = self._live_shell()
@@ -362,18 +369,21 @@ class ShellEnv(gym.Env):
             return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
         timeout = (step or {}).get("verifier_timeout_s") or verifier_timeout(task)
         env = dict(step["verifier_env"]) if step else verifier_env(task)
-        # test.sh becomes the sandbox's pid 1 (`exec`): code of the agent's that it runs cannot
-        # kill or stop it (a PID namespace's init gets no signal it did not ask for from inside)
+        # test.sh becomes the command itself (`exec`); in a PID namespace of its own it is pid 1
+        # there: code of the agent's that it runs cannot kill or stop it (a PID namespace's
+        # init gets no signal it did not ask for from inside); in the sandbox's, such code may
+        # end it, and a verifier ended by a signal scores 0 (`_unfinished`)
         command = f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1"
-        saved = (sandbox.join_net, sandbox.entrypoint)
+        saved = (sandbox.join_net, sandbox.entrypoint, sandbox.share_pids)
         if holder is not None:  # the ENTRYPOINT's services run already, in the shell's network
             sandbox.join_net, sandbox.entrypoint = sandbox.join_net or holder, []
+        sandbox.share_pids = True  # sees the agent's processes, unseen by them (root inside)
         try:
             result = sandbox.run(
                 ["bash", "-c", command], timeout=timeout, env={**OLD_VERIFIER_ENV, **env}, view=view
             )
         finally:
-            sandbox.join_net, sandbox.entrypoint = saved
+            sandbox.join_net, sandbox.entrypoint, sandbox.share_pids = saved
         sandbox.kill_all()
         try:
             if isinstance(layout, harbor.Layout) and own is not None:  # kept with /logs

@@ -13,7 +13,9 @@ nothing outside. The namespace cannot make nested ones (its `max_user_namespaces
 `CAP_SYS_RESOURCE`, which could raise it, is not given).
 
 The namespace lives as long as the file descriptor `make` returns (its maker exits at once);
-each command opens it through `/proc/<our pid>/fd/<fd>` and bwrap joins it (`--userns`).
+each command opens it through `/proc/<our pid>/fd/<fd>` and bwrap joins it (`--userns`). The
+sandbox's PID namespace (`Sandbox.share_pids`), made in it, is opened the same way
+(`--pidns`), so that bwrap, root of this user namespace, may mount a /proc of it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,19 @@ import random
 import subprocess
 import time
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["BLOCKS", "DOCKER_CAPS", "SIZE", "bwrap_args", "claim_block", "closer", "make", "opener"]
+__all__ = [
+    "BLOCKS",
+    "DOCKER_CAPS",
+    "PIDNS_FD",
+    "SIZE",
+    "bwrap_args",
+    "claim_block",
+    "closer",
+    "make",
+    "opener",
+]
 
 SIZE = 65536
 """Uids (and gids) mapped inside: 0..65535, `nobody` (65534) included."""
@@ -38,6 +51,8 @@ DOCKER_CAPS = ("CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", 
                "AUDIT_WRITE")  # fmt: skip # Docker's default set, as its documentation lists it
 FD = 3
 """The descriptor number bwrap gets the namespace on."""
+PIDNS_FD = 4
+"""The descriptor number bwrap gets the sandbox's PID namespace on (`Sandbox.argv`)."""
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
@@ -104,16 +119,20 @@ def make(uid: int, block: range) -> int:
         maker.wait()
 
 
-def opener(fd: int) -> list[str]:
-    """The command-line prefix that opens our `fd` on the namespace as `FD` for bwrap
+def opener(fd: int, number: int = FD) -> list[str]:
+    """The command-line prefix that opens our `fd` on a namespace as `number` for bwrap
     (run before the uid is dropped)."""
-    return ["sh", "-c", f'exec "$@" {FD}<"$0"', f"/proc/{os.getpid()}/fd/{fd}"]
+    return ["sh", "-c", f'exec "$@" {number}<"$0"', f"/proc/{os.getpid()}/fd/{fd}"]
 
 
-def bwrap_args(share_net: bool) -> list[str]:
+def bwrap_args(share_net: bool, pids: Literal["own", "child", "shared"] = "own") -> list[str]:
     """bwrap's namespace arguments: join the user namespace (as its uid 0), new ones of
-    everything else, Docker's capabilities in it."""
-    args = ["--userns", str(FD), "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
+    everything else, Docker's capabilities in it. `pids`: a PID namespace of the command's
+    own (`own`), one made inside the sandbox's (on `PIDNS_FD`: `child`), or the sandbox's
+    itself (`shared`, which sees every process of the sandbox's commands)."""
+    args = ["--userns", str(FD), "--unshare-ipc", "--unshare-uts"]
+    args += [] if pids == "own" else ["--pidns", str(PIDNS_FD)]
+    args += [] if pids == "shared" else ["--unshare-pid"]
     args += ["--unshare-cgroup-try", "--assert-userns-disabled"]
     args += [] if share_net else ["--unshare-net"]
     for cap in DOCKER_CAPS:
@@ -122,5 +141,5 @@ def bwrap_args(share_net: bool) -> list[str]:
 
 
 def closer() -> list[str]:
-    """Put before the command inside: it does not keep the namespace's descriptor."""
-    return ["sh", "-c", f'exec "$@" {FD}<&-', "sh"]
+    """Put before the command inside: it does not keep the namespaces' descriptors."""
+    return ["sh", "-c", f'exec "$@" {FD}<&- {PIDNS_FD}<&-', "sh"]

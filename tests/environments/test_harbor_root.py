@@ -4,12 +4,14 @@ adds a user and gives files to it and to root (`useradd`, `chown root:root`, a f
 consumer run by supervisor as its own user; a triage tool whose tests run it as `nobody`).
 
 Over a built root file system the episode runs as uid 0 of a user namespace of its own, with
-Docker's default capabilities and a private `/etc`; over the host's own system (the fallback
-a user asks for) it does not. The root file system is FAKE (`fake_rootfs`)."""
+Docker's default capabilities and a private `/etc`, and its verifier sees the processes the
+agent left running (as `docker exec` does: `pgrep -u`, `killall`); over the host's own system
+(the fallback a user asks for) it does not. The root file system is FAKE (`fake_rootfs`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,41 @@ def test_the_policys_shell_is_root_over_the_image_and_not_over_the_host(
         finally:
             env.close()
         assert uid == want if want is not None else uid != "0", (base, uid)
+
+
+WORKER_SOLVE = """#!/bin/bash
+set -e
+useradd -M -s /bin/false mq-worker
+setpriv --reuid=mq-worker --regid=mq-worker --clear-groups sleep 1234.5 >/dev/null 2>&1 &
+"""
+WORKER_TEST = """#!/bin/bash
+ok=1
+worker=$(pgrep -u mq-worker -f 'sleep 1234.5') || ok=0
+pkill -9 -u mq-worker -f 'sleep 1234.5' || ok=0
+for _ in 1 2 3 4 5 6 7 8 9 10; do pgrep -u mq-worker -f 'sleep 1234.5' || break; sleep 0.2; done
+pgrep -u mq-worker -f 'sleep 1234.5' && ok=0
+echo "worker ${worker:-unseen}"
+echo $ok > /logs/verifier/reward.txt
+"""
+
+
+@pytest.fixture()
+def procps_fs(monkeypatch):
+    """The fake root file system with procps's pgrep and pkill (as the real task's image has
+    them, with psmisc's killall)."""
+    if shutil.which("pgrep") is None or shutil.which("pkill") is None:
+        pytest.skip("the host has no procps (pgrep, pkill) to put in the fake root file system")
+    programs = fake_rootfs.PROGRAMS + fake_rootfs.USERS + ("pgrep", "pkill")
+    with fake_rootfs.installed(monkeypatch, programs) as target:
+        yield target
+
+
+def test_the_verifier_finds_and_kills_a_service_the_solution_left_running(tmp_path, procps_fs):
+    """The real mq-auto-restart's tests: the solution starts a worker as its own user and
+    leaves it running; the verifier finds it (`pgrep -u mq-worker`), kills it and checks it is
+    gone, as in Harbor, where the verifier `docker exec`s into the agent's container: 1 for the
+    oracle, 0 for noop (no such user, no worker)."""
+    task = _task(tmp_path / "t", WORKER_SOLVE, WORKER_TEST)
+    reward, info = _reward(task, oracle=True)
+    assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]["output"]
+    assert _reward(task, oracle=False)[0] == 0.0

@@ -3,7 +3,8 @@ as root inside its sandbox: whatever root inside can do, it cannot read a host f
 the sandbox's binds (not through `/proc/1/root` either), write the cached root file system or
 image layer (the next episode sees them unchanged), write anywhere but its own layer, or hold
 any capability in the host's user namespace (host root is not mapped inside; a host-root
-file of the root file system stays unreadable to it).
+file of the root file system stays unreadable to it). The verifier, which sees the agent's
+processes, is seen by none of them, and sees no process whose root is the host's.
 
 The root file system is FAKE (`fake_rootfs`), with the programs tasks that need root use."""
 
@@ -41,13 +42,13 @@ def root_fs(monkeypatch):
         yield target
 
 
-def _task(root: Path):
+def _task(root: Path, test_sh: str = "#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n"):
     (root / "environment").mkdir(parents=True)
     (root / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nWORKDIR /app\n")
     (root / "instruction.md").write_text("Do it.")
     (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 20.0\n')
     (root / "tests").mkdir()
-    (root / "tests" / "test.sh").write_text("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
+    (root / "tests" / "test.sh").write_text(test_sh)
     return load_harbor_task(root)
 
 
@@ -194,3 +195,69 @@ def test_root_inside_has_no_capability_in_the_hosts_user_namespace(tmp_path, roo
             _, outside, count = (int(n) for n in line.split())
             assert not outside <= 0 < outside + count, found
     assert TOKEN not in out and "CHOWNED" not in out and "\nW" not in out, out
+
+
+SCANNER = (
+    "(while :; do echo >> /app/ticks; for p in /proc/[0-9]*; do "
+    "if grep -qa test.sh $p/cmdline; then echo SAW ${p#/proc/} >> /app/seen; kill -9 ${p#/proc/}; "
+    "fi; echo 1 > $p/root/logs/verifier/reward.txt; done 2>/dev/null; sleep 0.05; done) "
+    ">/dev/null 2>&1 & echo started"
+)
+SLOW_ZERO = """#!/bin/bash
+echo 0 > /logs/verifier/reward.txt
+sleep 2
+cat /logs/verifier/reward.txt
+"""
+
+
+def test_the_agents_processes_cannot_see_or_reach_the_verifier(tmp_path, root_fs):
+    """The agent leaves a process that scans /proc for the verifier while it runs, to write 1
+    into its reward file through `/proc/<pid>/root` and to kill it; the verifier writes 0.
+    The scanner ran all through grading, never saw the verifier, and the reward is the
+    verifier's 0 from a verifier that finished."""
+    env = ShellEnv(timeout_s=20, max_turns=4)
+    try:
+        env.reset(options={"task": _task(tmp_path / "t", SLOW_ZERO)})
+        assert "started" in env.step(f"<bash>{SCANNER}</bash>")[0]
+        app = env._layout.host_path("/app")
+        time.sleep(0.5)
+        before = (app / "ticks").read_text().count("\n")
+        _, reward, _, _, info = env.step("<submit/>")
+        ticks = (app / "ticks").read_text().count("\n")
+        seen = (app / "seen").read_text() if (app / "seen").exists() else ""
+    finally:
+        env.close()
+    assert (reward, info["reward_error"]) == (0.0, None), info
+    assert ticks - before > 10, (before, ticks)  # it kept scanning while the verifier ran
+    assert seen == "", seen
+
+
+def test_the_verifier_sees_no_process_whose_root_is_the_hosts(tmp_path, root_fs):
+    """Whatever processes the verifier sees (the agent's, as in Harbor), none has the host's
+    root or working directory: a canary in a host folder the sandbox does not bind is read
+    through no `/proc/<pid>/root` or `/proc/<pid>/cwd` of them (the wrappers that hold the
+    host's mounts stay outside every PID namespace of the episode)."""
+    folder = Path(tempfile.mkdtemp(prefix="skyrl-canary-", dir="/tmp"))
+    folder.chmod(0o755)
+    (folder / "canary").write_text(TOKEN + "\n")
+    (folder / "canary").chmod(0o644)
+    canary = folder / "canary"
+    test_sh = f"""#!/bin/bash
+echo 0 > /logs/verifier/reward.txt
+for p in /proc/[0-9]*; do
+  for way in root cwd; do
+    if grep -q {TOKEN} $p/$way{canary} 2>/dev/null; then echo "1 via $p/$way"; echo 1 > /logs/verifier/reward.txt; fi
+  done
+done
+ls -d /proc/[0-9]* | wc -l
+"""
+    env = ShellEnv(timeout_s=20, max_turns=4)
+    try:
+        env.reset(options={"task": _task(tmp_path / "t", test_sh)})
+        env.step("<bash>sleep 300 & sleep 301 & echo started</bash>")
+        _, reward, _, _, info = env.step("<submit/>")
+    finally:
+        canary.unlink()
+        folder.rmdir()
+        env.close()
+    assert (reward, info["reward_error"]) == (0.0, None), info["verifier"]["output"]
