@@ -305,6 +305,12 @@ class RayConfig(_Section):
     """`colocated`: learner workers and engines share the devices (they take turns);
     `split`: the learner group reserves one device each on one node (a Ray placement
     group: a GPU, or a CPU where the cluster has none) and each engine another."""
+    share_process: bool = True
+    """Where the run can (sync schedule, one `torch` learner worker, one `hf` engine,
+    `colocated`), the learner, engine, reference and critic live in one Ray worker process:
+    they take turns anyway, and each further process costs its own start-up (imports,
+    about 5 s of CPU) and its own Python and torch runtime in memory. False: one process
+    each."""
 
 
 class LoraConfig(_Section):

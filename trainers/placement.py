@@ -135,8 +135,17 @@ class _Worker:
         os.environ.update(env)  # before anything reads it: nothing heavy is imported yet
         self.backend = _build(kind, model_path, cfg)
 
+        self.others: dict[str, Any] = {}
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.backend, method)(*args, **kwargs)
+
+    def add(self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> None:
+        """Build another backend in this process (`ray.share_process`), called as `kind`."""
+        self.others[kind] = _build(kind, model_path, cfg)
+
+    def call_other(self, kind: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.others[kind], method)(*args, **kwargs)
 
     def ready(self) -> bool:
         return True
@@ -162,12 +171,17 @@ class _RayFuture:
 
 
 class _RayHandle:
-    def __init__(self, actor: Any) -> None:
+    """A backend in a Ray actor: its own (`kind` None), or one `add`ed to another's."""
+
+    def __init__(self, actor: Any, kind: str | None = None) -> None:
         self.actor = actor
+        self.kind = kind
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> _RayFuture:
         args = tuple(a.ref if isinstance(a, _RayFuture) else a for a in args)
-        return _RayFuture(self.actor.call.remote(method, *args, **kwargs))
+        if self.kind is None:
+            return _RayFuture(self.actor.call.remote(method, *args, **kwargs))
+        return _RayFuture(self.actor.call_other.remote(self.kind, method, *args, **kwargs))
 
 
 @dataclass
@@ -180,6 +194,20 @@ class Clients:
     """A value model (algorithms whose table entry has `critic`)."""
     reference: SamplingClient | None
     """The frozen reference model that the KL is measured against (`kl_coef` > 0)."""
+
+
+def shares_a_process(cfg: RunConfig) -> bool:
+    """Whether every backend of a run on Ray lives in the learner's worker process
+    (`ray.share_process`, where nothing runs beside anything else)."""
+    return (
+        cfg.ray.share_process
+        and cfg.trainer.schedule == "sync"
+        and cfg.learner.strategy == "torch"
+        and cfg.learner.num_workers == 1
+        and cfg.ray.placement == "colocated"
+        and cfg.rollout.engine == "hf"
+        and cfg.rollout.num_engines == 1
+    )
 
 
 def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
@@ -202,12 +230,20 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
             f"joining the Ray cluster at {where}" if where else "starting Ray (a private cluster)"
         )
         start_ray(where)
-        phase(f"starting the learner and engine workers, loading {cfg.model.name} into each")
+        shared = shares_a_process(cfg)
+        if shared:
+            phase(f"starting one worker for the learner and engine, loading {cfg.model.name}")
+        else:
+            phase(f"starting the learner and engine workers, loading {cfg.model.name} into each")
         actor = ray.remote(num_cpus=0)(_Worker)
         env = worker_env()
         handles: list[_RayHandle] = []
+        added: list[Any] = []  # the `add` calls of a shared process: their errors surface
 
         def make(kind: str) -> Any:
+            if shared and handles:  # the learner's process builds it too
+                added.append(handles[0].actor.add.remote(kind, str(model_path), made_of(kind)))
+                return _RayHandle(handles[0].actor, kind)
             if kind == "learner" and group:  # N actors in one torch.distributed group
                 from trainers.learner_group import learner_group
 
@@ -242,5 +278,5 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         if cfg.tracking.enabled:
             import mlflow  # noqa: F401
 
-        ray.get([h.actor.ready.remote() for h in handles])
+        ray.get([*added, *(h.actor.ready.remote() for h in handles)])
     return clients

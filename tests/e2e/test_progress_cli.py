@@ -66,7 +66,7 @@ def test_without_a_terminal_watch_trains_here_with_plain_phase_eval_and_step_lin
     for phase in (
         "loading the trainer (torch) ...",
         f"joining the Ray cluster at {ray_address} ...",
-        "starting the learner and engine workers, loading tiny into each ...",
+        "starting one worker for the learner and engine, loading tiny ...",
         "opening the tracking store ...",
     ):
         assert phase in before, (phase, before)
