@@ -179,3 +179,14 @@ def test_gpu_benchmark_learner_section_runs_fsdp_on_two_cpu_workers(tmp_path):
         re.M,
     )
     assert row and float(row[1]) < 1e-5, out
+
+
+def test_run_cost_benchmark_prints_each_run_and_the_cpu_ratio(tmp_path, ray_address):
+    auth = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+    out = _run(
+        "benchmarks/run_cost.py", "--runs", "1", "--ray-address", ray_address,
+        home=tmp_path, env={**auth, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert re.search(r"^true\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert re.search(r"^false\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert re.search(r"^CPU ratio separate/shared: [\d.]+x$", out, re.M), out
