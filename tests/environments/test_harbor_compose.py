@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from environments import harbor
+from environments import harbor, harbor_compose
 from environments.sandbox import bwrap_available
 
-pytestmark = [
-    pytest.mark.skipif(not bwrap_available(), reason="Harbor's paths need bubblewrap"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="an episode's own network needs root"),
-]
+episodes = pytest.mark.skipif(
+    not bwrap_available() or os.geteuid() != 0,
+    reason="an episode's own network needs root and bubblewrap",
+)
 
 SERVER = """import http.server, os
 PORT = int(os.environ["API_PORT"])
@@ -80,6 +80,20 @@ networks:
   tasknet:
     driver: bridge
 """
+API_DOCKERFILE = """FROM python:3.12-slim
+WORKDIR /srv
+COPY server.py /srv/server.py
+RUN python3 - <<'EOF'
+from pathlib import Path
+if True:
+    Path("/srv/built").write_text("yes")
+EOF
+RUN printf '#!/bin/sh\\n[ -f /srv/built ] && exec "$@"\\n' > /start.sh && chmod +x /start.sh
+EXPOSE 8765
+ENTRYPOINT ["/start.sh"]
+CMD ["python3", "/srv/server.py"]
+"""
+"""As the real target app's: a heredoc RUN, and an ENTRYPOINT script a RUN writes at `/`."""
 SOLVE = """#!/bin/bash
 python3 -c "import os, urllib.request as u; print(u.urlopen(os.environ['API_URL'] + '/greet').read().decode())" > /app/answer.txt
 """
@@ -98,10 +112,7 @@ def make_task(root: Path, compose: str = COMPOSE) -> Path:
     (env / "api").mkdir(parents=True)
     (env / "Dockerfile").write_text("FROM python:3.12-slim\nWORKDIR /app\n")
     (env / "docker-compose.yaml").write_text(compose)
-    (env / "api" / "Dockerfile").write_text(
-        "FROM python:3.12-slim\nWORKDIR /srv\nCOPY server.py /srv/server.py\nEXPOSE 8765\n"
-        'CMD ["python3", "/srv/server.py"]\n'
-    )
+    (env / "api" / "Dockerfile").write_text(API_DOCKERFILE)
     (env / "api" / "server.py").write_text(SERVER)
     (root / "instruction.md").write_text("Fetch the greeting from the api service.")
     (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 30.0\n')
@@ -130,6 +141,7 @@ def skyrl_eval(agent: str, tasks: Path, cache: Path) -> subprocess.CompletedProc
     )
 
 
+@episodes
 def test_a_sidecar_serves_the_solution_and_its_log_grades_it(tmp_path, cache):
     """The oracle reaches `http://api:8765` (its name resolves to the episode's loopback; the
     sidecar's GREETING is its compose default, never the host's), the sidecar logs to the
@@ -142,6 +154,7 @@ def test_a_sidecar_serves_the_solution_and_its_log_grades_it(tmp_path, cache):
     assert "sidecar: reward 0" in done.stdout, (done.stdout, done.stderr)
 
 
+@episodes
 def test_an_unsupported_compose_feature_is_one_sentence_and_the_rest_runs(tmp_path, cache):
     """A service that asks for the host's network (`network_mode: host`) cannot run here: one
     pre-flight sentence naming it, that task not run; the good task beside it scores 1."""
@@ -158,3 +171,41 @@ def test_an_unsupported_compose_feature_is_one_sentence_and_the_rest_runs(tmp_pa
         "sets `network_mode`, which is not supported here"
     ), lines
     assert any(ln.startswith("hostnet: not run") for ln in lines), lines
+
+
+def test_the_file_is_data_defaults_only_and_host_paths_refused(tmp_path, monkeypatch):
+    """`${VAR:-default}` is its default whatever this host sets; a bind mount of a host path
+    and a prebuilt image are each one sentence naming them; not root, a task with sidecars
+    is refused at pre-flight in one sentence (no episode could give it its network)."""
+    monkeypatch.setenv("GREETING", "from-the-host")
+    compose = harbor_compose.read(make_task(tmp_path / "t"))
+    assert compose is not None and [s.name for s in compose.sidecars] == ["api"]
+    api = compose.sidecars[0]
+    assert api.env == {"API_PORT": "8765", "GREETING": "hello-from-api"}
+    assert api.mounts == [("api_log", "/var/log/api", False)] and api.healthy == []
+    assert compose.main.mounts == [("api_log", "/srv/api-log", True)]
+    assert compose.main.healthy == ["api"] and api.check is not None and api.interval_s == 1.0
+    bind = COMPOSE.replace("- api_log:/var/log/api", "- /etc:/var/log/api")
+    with pytest.raises(harbor_compose.ComposeError, match="a host folder is never shown"):
+        harbor_compose.read(make_task(tmp_path / "b", bind))
+    image = COMPOSE.replace("    build:\n      context: ./api\n", "    image: redis:7\n")
+    with pytest.raises(harbor_compose.ComposeError, match="'redis:7' is not supported here"):
+        harbor_compose.read(make_task(tmp_path / "i", image))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    (why,) = harbor_compose.preflight(tmp_path / "t", harbor.BuildOptions())
+    assert why.startswith("its compose services (api) run beside main") and "root" in why
+
+
+def test_a_run_heredoc_is_one_step_with_its_lines():
+    """BuildKit's `RUN python3 - <<'EOF'` (a real sidecar's key generation): the lines up to
+    EOF belong to the RUN, indentation kept (before: each line was read as an instruction,
+    `from cryptography...` a FROM, and the build refused)."""
+    text = (
+        "FROM ubuntu:24.04\nRUN python3 - <<'EOF'\nfrom pathlib import Path\nif True:\n"
+        "    Path('/k').write_text('x')\nEOF\nWORKDIR /app\n"
+    )
+    steps = harbor._instructions(text)
+    assert [w for w, _ in steps] == ["FROM", "RUN", "WORKDIR"]
+    assert steps[1][1] == (
+        "python3 - <<'EOF'\nfrom pathlib import Path\nif True:\n    Path('/k').write_text('x')\nEOF"
+    )
