@@ -93,6 +93,12 @@ _OFFLINE = re.compile(
     r"ERR! network|Failed to fetch|dial tcp|getaddrinfo"
 )
 """What a download that found no network says (pip, apt, npm, go, curl)."""
+_HEREDOC = re.compile(r"<<-?(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+"""A heredoc of a RUN line: its delimiter word (group 2)."""
+_TOP_WRITE = re.compile(
+    r"(?:>>?|\btee\s+(?:-a\s+)?)\s*(/[A-Za-z0-9_][A-Za-z0-9._-]*)(?=$|[\s;&|)])"
+)
+"""A RUN's shell writing a file at the top of the image (`> /entrypoint.sh`)."""
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
 _APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\s+([^;&|<>()\n]+)")
 BASE_ENV = "SKYRL_HARBOR_BASE"
@@ -179,11 +185,16 @@ class Image:
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped;
+    a RUN's heredocs (BuildKit's `RUN python3 - <<'EOF'` ... `EOF`) kept in its arguments,
+    lines as written, for the shell that runs it."""
     steps: list[tuple[str, str]] = []
     current = ""
-    for raw in text.splitlines():
-        line = raw.strip()
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
         if not current and (not line or line.startswith("#")):
             continue
         if current and line.startswith("#"):
@@ -193,7 +204,16 @@ def _instructions(text: str) -> list[tuple[str, str]]:
             continue
         current += line
         word, _, rest = current.strip().partition(" ")
-        steps.append((word.upper(), rest.strip()))
+        rest = rest.strip()
+        if word.upper() == "RUN":
+            for m in _HEREDOC.finditer(rest):
+                body = []
+                while i < len(lines) and lines[i].strip() != m.group(2):
+                    body.append(lines[i])
+                    i += 1
+                i += 1
+                rest += "\n" + "\n".join(body) + "\n" + m.group(2)
+        steps.append((word.upper(), rest))
         current = ""
     if current.strip():
         word, _, rest = current.strip().partition(" ")
@@ -233,6 +253,10 @@ def _pairs(args: str) -> dict[str, str]:
 
 def _context_digest(env_dir: Path, dockerfile: str) -> str:
     h = hashlib.sha256(f"{BUILD_VERSION}\0{dockerfile}\0".encode())
+    if _HEREDOC.search(dockerfile):  # read line by line before heredocs were: built anew
+        h.update(b"heredocs\0")
+    if _TOP_WRITE.search(dockerfile):  # such a file was lost before `_top_files`: built anew
+        h.update(b"top files\0")
     for folder, dirs, files in os.walk(env_dir):
         dirs.sort()
         for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
@@ -1009,6 +1033,8 @@ def _run_step(
 ) -> str | None:
     form = _words(args)
     command = form if form is not None else ["/bin/sh", "-c", args]
+    if form is None:
+        _top_files(root, args)
     _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
     result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
     sandbox.kill_all()
@@ -1029,6 +1055,19 @@ def _run_step(
             else " (a download failed although the build had the network)"
         )
     return why
+
+
+def _top_files(root: Path, args: str) -> None:
+    """Make the files a RUN's shell writes at the top of the image (`printf ... >
+    /entrypoint.sh`) in the layer first, so they are bound into the build sandbox and kept
+    (the sandbox's `/` is not the layer's; a new file there would be lost)."""
+    for m in _TOP_WRITE.finditer(args):
+        inner = m.group(1)
+        if inner in (*SYSTEM_DIRS, *HIDDEN_DIRS, "/dev", "/proc", "/sys"):
+            continue  # no top-level file of the base is in the sandbox's view: only these
+        path = _safe_target(root, inner)
+        if not os.path.lexists(path):
+            path.touch()
 
 
 def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:

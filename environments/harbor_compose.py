@@ -53,11 +53,12 @@ NAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.y
 """The compose file names Harbor looks for in `environment/`, in its order."""
 TOP_KEYS = {"services", "volumes", "networks", "version", "name"}
 SERVICE_KEYS = {
-    "build", "environment", "volumes", "healthcheck", "depends_on", "command", "entrypoint",
+    "build", "image", "environment", "volumes", "healthcheck", "depends_on", "command", "entrypoint",
     "restart", "networks", "expose", "ports", "working_dir", "init", "tty", "stdin_open",
     "stop_grace_period", "container_name", "hostname",
 }  # fmt: skip # a set
-"""What a service may set here. `networks` (all services share one loopback), `expose`,
+"""What a service may set here. `image` (with `build:`, the name of what is built), `networks` (all services share one
+loopback), `expose`,
 `ports` (nothing here is reached from the host), `restart`, `init`, `tty` and the rest are
 read and have nothing to do here."""
 MAIN_KEYS = {"environment", "volumes", "depends_on", "networks", "expose", "ports", "restart"}
