@@ -191,6 +191,12 @@ def test_the_file_is_data_defaults_only_and_host_paths_refused(tmp_path, monkeyp
     image = COMPOSE.replace("    build:\n      context: ./api\n", "    image: redis:7\n")
     with pytest.raises(harbor_compose.ComposeError, match="'redis:7' is not supported here"):
         harbor_compose.read(make_task(tmp_path / "i", image))
+    hosts = COMPOSE.replace("  api:\n", '  "api\\n1.2.3.4 pypi.org":\n', 1)
+    with pytest.raises(harbor_compose.ComposeError, match="is not a service name"):
+        harbor_compose.read(make_task(tmp_path / "h", hosts))  # never a line of /etc/hosts
+    retries = COMPOSE.replace("retries: 20", "retries: many")
+    with pytest.raises(harbor_compose.ComposeError, match="cannot be read here"):
+        harbor_compose.read(make_task(tmp_path / "r", retries))  # a sentence, no traceback
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     (why,) = harbor_compose.preflight(tmp_path / "t", harbor.BuildOptions())
     assert why.startswith("its compose services (api) run beside main") and "root" in why
