@@ -65,6 +65,8 @@ MAIN_KEYS = {"environment", "volumes", "depends_on", "networks", "expose", "port
 MAX_CHECK_S = 600.0
 """The longest a service's healthcheck is waited for, whatever its interval and retries."""
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_]\w*)")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+"""A service name, as Compose allows it (and as /etc/hosts holds it)."""
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
 
 
@@ -181,9 +183,9 @@ def _mounts(value: Any, where: str, volumes: dict[str, Any]) -> list[tuple[str, 
                 f"{where} mounts {item!r}, and only the named volumes of the file's top-level "
                 "`volumes:` are supported here (a host folder is never shown to a task)"
             )
-        if not isinstance(target, str) or not posixpath.isabs(target):
+        if not isinstance(target, str) or not posixpath.isabs(target) or target.strip("/") == "":
             raise ComposeError(
-                f"{where} mounts {source} at {target!r}, which is not an absolute path"
+                f"{where} mounts {source} at {target!r}, which is not an absolute path below /"
             )
         mounts.append((source, posixpath.normpath(target), ro))
     return mounts
@@ -300,14 +302,27 @@ def read(task_dir: Path) -> Compose | None:
             raise ComposeError(f"environment/{path.name} sets `{key}`, which is not supported here")
     specs = data.get("services") or {}
     volumes = data.get("volumes") or {}
-    for name, spec in volumes.items():
-        if spec and (spec.get("external") or spec.get("driver_opts")):
+    for name, spec in volumes.items() if isinstance(volumes, dict) else []:
+        if isinstance(spec, dict) and (spec.get("external") or spec.get("driver_opts")):
             raise ComposeError(
                 f"environment/{path.name}: volume {name} is external or has driver options, "
                 "which are not supported here (a volume is a fresh folder of the episode)"
             )
+    if not isinstance(specs, dict) or not isinstance(volumes, dict):
+        raise ComposeError(f"environment/{path.name}: `services:` and `volumes:` are not mappings")
+    for name in specs:
+        if not _NAME.fullmatch(str(name)):
+            raise ComposeError(
+                f"environment/{path.name}: {str(name)[:60]!r} is not a service name (letters, "
+                "digits, `_`, `.`, `-`)"
+            )
     names = {*specs, "main"}
-    services = {n: _service(task_dir, str(n), s, volumes, names) for n, s in specs.items()}
+    try:
+        services = {n: _service(task_dir, str(n), s, volumes, names) for n, s in specs.items()}
+    except ComposeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # a value of the wrong kind
+        raise ComposeError(f"environment/{path.name} cannot be read here ({e})") from None
     main = services.pop("main", Service("main"))
     order: list[Service] = []
 
@@ -449,56 +464,25 @@ def start(task_dir: Path, layout: harbor.Layout, options: harbor.BuildOptions) -
     top.chmod(0o711)  # unlistable: each volume's folder name is a secret of the episode
     running = Sidecars(volumes=top)
     folders = {v: top / secrets.token_hex(16) for v in compose.volumes}
-    owners: dict[str, int | None] = {}
     try:
         for folder in folders.values():
             folder.mkdir()
+        # every layout and volume is made before any service runs: nothing of a task's is
+        # ever running while a volume is filled or given to its owner (as root)
+        ready = [_prepare(task_dir, s, main, options, folders, names) for s in compose.sidecars]
+        running.sandboxes += [sandbox for _, sandbox, _ in ready]
+        layers = [(s.mounts, side.root, sb.uid) for s, sb, (side, _) in ready]
+        _own_volumes(folders, [*layers, (compose.main.mounts, layout.root, main.uid)])
         started: dict[str, tuple[Service, Sandbox, subprocess.Popen, Path]] = {}
-        for service in compose.sidecars:
-            for name in service.healthy:
-                why = _healthy(*started[name])
-                if why is not None:
-                    raise ValueError(why)
-            assert service.context is not None
-            img = harbor.service_image(task_dir, service.context, options)
-            sandbox = Sandbox(main.limits)
-            running.sandboxes.append(sandbox)
-            side = harbor.Layout(img, sandbox, join_net=main.join_net)
-            for volume, target, ro in service.mounts:
-                _fill(folders[volume], side.root, target)
-                if not ro:
-                    owners.setdefault(volume, sandbox.uid)
-            sandbox.env |= service.env
-            sandbox.view += _volume_view(service, folders)
-            _name_hosts(sandbox, names)
-            sandbox.entrypoint = []
-            entry = service.entrypoint if service.entrypoint is not None else img.entrypoint
-            command = (
-                service.command
-                if service.command is not None
-                else (img.command if service.entrypoint is None else [])
-            )
-            if service.workdir:
-                sandbox.inner_workdir = service.workdir
+        for service, sandbox, (_, argv) in ready:
+            _wait(service.healthy, started)
             log = sandbox.workdir / "service.log"
             with open(log, "wb") as out:
                 proc = sandbox.popen(
-                    [*entry, *command],
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )
             started[service.name] = (service, sandbox, proc, log)
-            _own_volumes(folders, owners)
-        for volume, target, ro in compose.main.mounts:
-            _fill(folders[volume], layout.root, target)
-            if not ro:
-                owners.setdefault(volume, main.uid)
-        _own_volumes(folders, owners)
-        for name in compose.main.healthy:
-            why = _healthy(*started[name])
-            if why is not None:
-                raise ValueError(why)
+        _wait(compose.main.healthy, started)
     except Exception:
         running.close()
         raise
@@ -508,11 +492,59 @@ def start(task_dir: Path, layout: harbor.Layout, options: harbor.BuildOptions) -
     return running
 
 
-def _own_volumes(folders: dict[str, Path], owners: dict[str, int | None]) -> None:
-    """Each volume's files to the first service that mounts it read-write (the others read
-    them); its folders open to every service of the episode."""
+def _prepare(
+    task_dir: Path,
+    service: Service,
+    main: Sandbox,
+    options: harbor.BuildOptions,
+    folders: dict[str, Path],
+    names: list[str],
+) -> tuple[Service, Sandbox, tuple[harbor.Layout, list[str]]]:
+    """A service's sandbox over a private copy of its image, on the episode's network, with
+    its environment, volumes and the episode's names; its command line."""
+    assert service.context is not None
+    img = harbor.service_image(task_dir, service.context, options)
+    sandbox = Sandbox(main.limits)
+    try:
+        side = harbor.Layout(img, sandbox, join_net=main.join_net)
+        sandbox.env |= service.env
+        sandbox.view += _volume_view(service, folders)
+        _name_hosts(sandbox, names)
+    except Exception:
+        sandbox.close()
+        raise
+    sandbox.entrypoint = []
+    if service.workdir:
+        sandbox.inner_workdir = service.workdir
+    entry = service.entrypoint if service.entrypoint is not None else img.entrypoint
+    if service.command is not None:
+        command = service.command
+    else:  # Docker's: an `entrypoint:` of the service drops the image's CMD
+        command = img.command if service.entrypoint is None else []
+    return service, sandbox, (side, [*entry, *command])
+
+
+def _wait(
+    healthy: list[str], started: dict[str, tuple[Service, Sandbox, subprocess.Popen, Path]]
+) -> None:
+    for name in healthy:
+        why = _healthy(*started[name])
+        if why is not None:
+            raise ValueError(why)
+
+
+def _own_volumes(
+    folders: dict[str, Path], layers: list[tuple[list[tuple[str, str, bool]], Path, int | None]]
+) -> None:
+    """Fill each empty volume from the first layer (in starting order, main last) with files
+    at its path, as Docker fills one; give it to the first service that mounts it read-write
+    (the others read its files), its folder open to every service of the episode."""
+    owners: dict[str, int | None] = {}
+    for mounts, root, uid in layers:
+        for volume, target, ro in mounts:
+            _fill(folders[volume], root, target)
+            if not ro:
+                owners.setdefault(volume, uid)
     for volume, folder in folders.items():
-        uid = owners.get(volume)
-        if uid is not None:
-            chown_tree(folder, uid)
+        chown_tree(folder, owners.get(volume))
         folder.chmod(0o777)
