@@ -93,6 +93,12 @@ _OFFLINE = re.compile(
     r"ERR! network|Failed to fetch|dial tcp|getaddrinfo"
 )
 """What a download that found no network says (pip, apt, npm, go, curl)."""
+_HEREDOC = re.compile(r"<<-?(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+"""A heredoc of a RUN line: its delimiter word (group 2)."""
+_TOP_WRITE = re.compile(
+    r"(?:>>?|\btee\s+(?:-a\s+)?)\s*(/[A-Za-z0-9_][A-Za-z0-9._-]*)(?=$|[\s;&|)])"
+)
+"""A RUN's shell writing a file at the top of the image (`> /entrypoint.sh`)."""
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
 _APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\s+([^;&|<>()\n]+)")
 BASE_ENV = "SKYRL_HARBOR_BASE"
@@ -165,6 +171,8 @@ class Image:
     workdir: str = "/app"
     env: dict[str, str] = field(default_factory=dict)
     entrypoint: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    """The Dockerfile's CMD (what a compose service runs after the ENTRYPOINT)."""
     problems: list[str] = field(default_factory=list)
     """Steps not honoured here, each `STEP: why` (empty: the image is as Harbor's)."""
     layer: str = ""
@@ -177,11 +185,16 @@ class Image:
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped."""
+    """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped;
+    a RUN's heredocs (BuildKit's `RUN python3 - <<'EOF'` ... `EOF`) kept in its arguments,
+    lines as written, for the shell that runs it."""
     steps: list[tuple[str, str]] = []
     current = ""
-    for raw in text.splitlines():
-        line = raw.strip()
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
         if not current and (not line or line.startswith("#")):
             continue
         if current and line.startswith("#"):
@@ -191,7 +204,16 @@ def _instructions(text: str) -> list[tuple[str, str]]:
             continue
         current += line
         word, _, rest = current.strip().partition(" ")
-        steps.append((word.upper(), rest.strip()))
+        rest = rest.strip()
+        if word.upper() == "RUN":
+            for m in _HEREDOC.finditer(rest):
+                body = []
+                while i < len(lines) and lines[i].strip() != m.group(2):
+                    body.append(lines[i])
+                    i += 1
+                i += 1
+                rest += "\n" + "\n".join(body) + "\n" + m.group(2)
+        steps.append((word.upper(), rest))
         current = ""
     if current.strip():
         word, _, rest = current.strip().partition(" ")
@@ -229,9 +251,12 @@ def _pairs(args: str) -> dict[str, str]:
     return out
 
 
-def _context_digest(task_dir: Path, dockerfile: str) -> str:
+def _context_digest(env_dir: Path, dockerfile: str) -> str:
     h = hashlib.sha256(f"{BUILD_VERSION}\0{dockerfile}\0".encode())
-    env_dir = task_dir / "environment"
+    if _HEREDOC.search(dockerfile):  # read line by line before heredocs were: built anew
+        h.update(b"heredocs\0")
+    if _TOP_WRITE.search(dockerfile):  # such a file was lost before `_top_files`: built anew
+        h.update(b"top files\0")
     for folder, dirs, files in os.walk(env_dir):
         dirs.sort()
         for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
@@ -336,6 +361,9 @@ class Layout:
 
     image: Image
     sandbox: Sandbox
+    join_net: int | None = None
+    """A process whose network namespace the episode's commands join (a compose sidecar
+    joins its episode's); None: a network namespace of the sandbox's own."""
 
     def __post_init__(self) -> None:
         sb = self.sandbox
@@ -368,7 +396,10 @@ class Layout:
         sb.inner_workdir = self.image.workdir
         sb.env = episode_env(self.image)
         sb.entrypoint = list(self.image.entrypoint)
-        sb.own_network()  # one network for the episode, as a container's (root: ports < 1024)
+        if self.join_net is not None:  # a sidecar, on its episode's loopback
+            sb.join_net = self.join_net
+        else:
+            sb.own_network()  # one network for the episode, as a container's (root: ports < 1024)
 
     def private(self, name: str, source: Path, sealed: str | None = None) -> list[str]:
         """A copy of `source` (tests/, solution/) bound at `/name` for one command; `sealed`,
@@ -889,12 +920,18 @@ def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Ima
 
 
 def _build(
-    task_dir: Path, text: str, digest: str, sandbox: Sandbox, options: BuildOptions | None = None
+    task_dir: Path,
+    text: str,
+    digest: str,
+    sandbox: Sandbox,
+    options: BuildOptions | None = None,
+    service: Path | None = None,
 ) -> Image:
-    """Build into sandbox.workdir/root (the caller caches it and closes the sandbox)."""
+    """Build into sandbox.workdir/root (the caller caches it and closes the sandbox);
+    `service`: the build context of a compose service instead of `environment/`."""
     options = options or BuildOptions()
     image = Image(digest=digest)
-    context = task_dir / "environment"
+    context = service or task_dir / "environment"
     variables: dict[str, str] = {}
     root = sandbox.workdir / "root"
     root.mkdir()
@@ -949,7 +986,9 @@ def _build(
             form = _words(args)
             command = form if form is not None else ["/bin/sh", "-c", args]
             if word == "ENTRYPOINT":
-                image.entrypoint = command
+                image.entrypoint, image.command = command, []  # Docker's: it resets CMD
+            else:
+                image.command = command
         elif word not in (
             "LABEL",
             "EXPOSE",
@@ -961,7 +1000,7 @@ def _build(
             "SHELL",
         ):
             image.problems.append(f"{step}: {word} is not supported")
-    if image.entrypoint:
+    if image.entrypoint and service is None:  # a service's is its server: its healthcheck says
         why = _probe_entrypoint(sandbox, root, image)
         if why:
             image.problems.append(f"ENTRYPOINT {json.dumps(image.entrypoint)}: {why}")
@@ -994,6 +1033,8 @@ def _run_step(
 ) -> str | None:
     form = _words(args)
     command = form if form is not None else ["/bin/sh", "-c", args]
+    if form is None:
+        _top_files(root, args)
     _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
     result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
     sandbox.kill_all()
@@ -1014,6 +1055,19 @@ def _run_step(
             else " (a download failed although the build had the network)"
         )
     return why
+
+
+def _top_files(root: Path, args: str) -> None:
+    """Make the files a RUN's shell writes at the top of the image (`printf ... >
+    /entrypoint.sh`) in the layer first, so they are bound into the build sandbox and kept
+    (the sandbox's `/` is not the layer's; a new file there would be lost)."""
+    for m in _TOP_WRITE.finditer(args):
+        inner = m.group(1)
+        if inner in (*SYSTEM_DIRS, *HIDDEN_DIRS, "/dev", "/proc", "/sys"):
+            continue  # no top-level file of the base is in the sandbox's view: only these
+        path = _safe_target(root, inner)
+        if not os.path.lexists(path):
+            path.touch()
 
 
 def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
@@ -1053,11 +1107,18 @@ def _culprit(text: str) -> str:
 
 
 @functools.cache
-def _built(task_dir: str, digest: str, options: BuildOptions = BuildOptions()) -> Image:
-    return _load_or_build(Path(task_dir), digest, options)
+def _built(
+    task_dir: str, digest: str, options: BuildOptions = BuildOptions(), service: str = ""
+) -> Image:
+    return _load_or_build(Path(task_dir), digest, options, Path(service) if service else None)
 
 
-def _load_or_build(task_dir: Path, digest: str, options: BuildOptions = BuildOptions()) -> Image:
+def _load_or_build(
+    task_dir: Path,
+    digest: str,
+    options: BuildOptions = BuildOptions(),
+    service: Path | None = None,
+) -> Image:
     folder = cache_root() / "images" / digest
     meta = folder / "image.json"
     if meta.is_file():
@@ -1066,10 +1127,10 @@ def _load_or_build(task_dir: Path, digest: str, options: BuildOptions = BuildOpt
         if NO_BWRAP not in data.get("problems", []) and (not system or os.path.isdir(system)):
             return Image(**{**data, "layer": str(folder / "layer")})
         shutil.rmtree(folder, ignore_errors=True)  # built before bwrap, or its base is gone
-    text = dockerfile_of(task_dir)
+    text = dockerfile_of(task_dir) if service is None else _service_dockerfile(service)
     sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
     try:
-        image = _build(task_dir, text, digest, sandbox, options)
+        image = _build(task_dir, text, digest, sandbox, options, service)
         if image.transient:  # about this host's state, not the task: never cached
             return image
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -1099,12 +1160,35 @@ def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
     start = plan(task_dir, text, options)
     uses_uv = start.base is not None and any(p.endswith("/uv") for p, _ in start.base.scripts)
     extra = provision(verifier + ("\nuv\n" if uses_uv else ""))  # the uv image's uv: the kit's
-    salt = f"{_context_digest(task_dir, text)}\0{start.key()}\0{options.network}"
+    salt = f"{_context_digest(task_dir / 'environment', text)}\0{start.key()}\0{options.network}"
     digest = hashlib.sha256(salt.encode()).hexdigest()[:32]
     built = _built(str(task_dir), digest, options)  # RUN uses the kit's shims
+    from environments import harbor_compose  # it builds its services with this module
+
+    extra += harbor_compose.preflight(task_dir, options)
     if extra:
         built = Image(**{**asdict(built), "problems": [*built.problems, *extra]})
     return built
+
+
+def _service_dockerfile(context: Path) -> str:
+    path = context / "Dockerfile"
+    if not path.is_file() or path.is_symlink():
+        return "FROM scratch\n"  # no root file system stands for it: a pre-flight problem
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def service_image(task_dir: Path, context: Path, options: BuildOptions | None = None) -> Image:
+    """The image of a compose service built from `context` (a folder of `environment/` with
+    its Dockerfile), by the same builder and cache as the task's own; its CMD kept, its
+    ENTRYPOINT not probed (the service's healthcheck tells whether it runs)."""
+    options = options or BuildOptions.from_kwargs()
+    task_dir = Path(task_dir).resolve()
+    text = _service_dockerfile(context)
+    start = plan(task_dir, text, options)
+    salt = f"service\0{_context_digest(context, text)}\0{start.key()}\0{options.network}"
+    digest = hashlib.sha256(salt.encode()).hexdigest()[:32]
+    return _built(str(task_dir), digest, options, str(context))
 
 
 def preflight_line(task_id: str, img: Image) -> str | None:

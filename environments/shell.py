@@ -50,7 +50,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from environments import harbor, harbor_steps, text_env
+from environments import harbor, harbor_compose, harbor_steps, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.container import RUNTIMES, Container, runtime_problem
 from environments.sandbox import Limits, Sandbox
@@ -138,6 +138,8 @@ class ShellEnv(gym.Env):
         self._bash: Bash | None = None
         self._task: Task | None = None
         self._layout: harbor.Layout | Container | None = None
+        self._sidecars: harbor_compose.Sidecars | None = None
+        """The services of a multi-container task (its compose file), running beside it."""
         self._step = 0
         """The current step of a multi-step task (`task.metadata["steps"]`)."""
         self._step_rewards: list[dict[str, float] | None] = []
@@ -185,12 +187,12 @@ class ShellEnv(gym.Env):
         verifier_timeout(task)  # a row's own limits are checked too
         agent_timeout(task)
         self.close()
+        build = self.harbor_options
         if self.backend in RUNTIMES:
             problem = runtime_problem(self.backend)
             if problem is not None:
                 raise ValueError(problem)
         else:
-            build = self.harbor_options
             if not self.base_chosen and folder.resolve().is_relative_to(SUITE_DIR.resolve()):
                 build = dataclasses.replace(build, base="host")
             img = harbor.image(folder, build)
@@ -208,6 +210,12 @@ class ShellEnv(gym.Env):
         except (OSError, ValueError, shutil.Error, subprocess.SubprocessError) as e:
             self.close()
             raise ValueError(f"task {task.id!r}: its image could not be laid out ({e})") from None
+        if isinstance(self._layout, harbor.Layout):  # its compose services, beside it
+            try:
+                self._sidecars = harbor_compose.start(folder, self._layout, build)
+            except (OSError, ValueError, shutil.Error, subprocess.SubprocessError) as e:
+                self.close()
+                raise ValueError(f"task {task.id!r}: {e}") from None
         self._task, self._turns_left = task, self.max_turns
         self._step, self._step_rewards = 0, []
         steps = task.metadata.get("steps") or []
@@ -490,7 +498,9 @@ class ShellEnv(gym.Env):
         """Kill every process of the episode and remove its work dir."""
         if self._sandbox is not None:
             self._sandbox.close()
-        self._sandbox = self._bash = self._task = self._layout = None
+        if self._sidecars is not None:
+            self._sidecars.close()
+        self._sandbox = self._bash = self._task = self._layout = self._sidecars = None
 
 
 def _fresh(path: Path, uid: int | None) -> Path:

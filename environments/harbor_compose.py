@@ -1,0 +1,550 @@
+"""A multi-container Harbor task: the services its `environment/docker-compose.yaml` adds
+beside `main`, each a sandbox of its own in the episode's network namespace.
+
+Harbor merges a task's compose file over its base compose, where service `main` is the
+task's Dockerfile (`sleep infinity`, everything `docker exec`ed in it), and `docker compose
+up` starts the rest: each service is built from its `build:` context, runs its ENTRYPOINT
+and CMD (or `command:`) with its `environment:`, its named volumes mounted, and is reached
+from `main` by its service name; `depends_on: condition: service_healthy` holds `main` back
+until the service's healthcheck passes.
+
+Here there is no container runtime. The compose file is read as data (a safe YAML load). A
+service with `build:` is built like the main image (`harbor.service_image`: same builder,
+same cache). Per episode (`start`), each service runs in a sandbox of its own over a private
+copy of its layer, joined to the episode's network namespace, so every service listens on the
+one loopback the agent's shell and the verifier share; every service name resolves to
+127.0.0.1 in the episode's `/etc/hosts` and each service's. `${VAR:-default}` takes the
+default only (never this host's environment). A named volume is one folder of the episode,
+bound at its path in each service that mounts it (`:ro` read-only), filled first from the
+first service whose image has files there (as Docker fills an empty volume); it belongs to the
+first service that mounts it read-write, and its folders are open to the others. `main`'s
+`environment:` and volumes go to the agent's shell and the verifier. The services end with
+the episode (`Sidecars.close`).
+
+A compose feature not handled here (host networking, a prebuilt image, a bind mount of a
+host path, privileges...) is one pre-flight sentence (`preflight`); the task is not run.
+Sidecars need the episode's own network namespace, so skyrl must run as root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from environments import harbor
+from environments.bash import chown_tree
+from environments.sandbox import Sandbox, bwrap_available
+
+__all__ = ["NAMES", "Compose", "ComposeError", "Service", "Sidecars", "preflight", "read", "start"]
+
+NAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+"""The compose file names Harbor looks for in `environment/`, in its order."""
+TOP_KEYS = {"services", "volumes", "networks", "version", "name"}
+SERVICE_KEYS = {
+    "build", "image", "environment", "volumes", "healthcheck", "depends_on", "command", "entrypoint",
+    "restart", "networks", "expose", "ports", "working_dir", "init", "tty", "stdin_open",
+    "stop_grace_period", "container_name", "hostname",
+}  # fmt: skip # a set
+"""What a service may set here. `image` (with `build:`, the name of what is built), `networks` (all services share one
+loopback), `expose`,
+`ports` (nothing here is reached from the host), `restart`, `init`, `tty` and the rest are
+read and have nothing to do here."""
+MAIN_KEYS = {"environment", "volumes", "depends_on", "networks", "expose", "ports", "restart"}
+MAX_CHECK_S = 600.0
+"""The longest a service's healthcheck is waited for, whatever its interval and retries."""
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_]\w*)")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+"""A service name, as Compose allows it (and as /etc/hosts holds it)."""
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
+
+
+class ComposeError(ValueError):
+    """A compose file that cannot run here: its message is one whole sentence."""
+
+
+@dataclass
+class Service:
+    """One service of a task's compose file, as it runs here."""
+
+    name: str
+    context: Path | None = None
+    """The build context (a folder of `environment/`); None for `main`."""
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
+    """(volume, path inside, read-only) of each named volume it mounts."""
+    entrypoint: list[str] | None = None
+    command: list[str] | None = None
+    workdir: str | None = None
+    check: list[str] | None = None
+    """The healthcheck's command line (None: none)."""
+    interval_s: float = 30.0
+    timeout_s: float = 30.0
+    retries: int = 3
+    start_s: float = 0.0
+    healthy: list[str] = field(default_factory=list)
+    """Services it waits to be healthy for (`depends_on: condition: service_healthy`)."""
+    after: list[str] = field(default_factory=list)
+    """Services it starts after (`depends_on`, any condition)."""
+
+
+@dataclass
+class Compose:
+    """A task's compose file: `main` (the task's Dockerfile) and the services beside it, in
+    the order they start."""
+
+    main: Service
+    sidecars: list[Service]
+    volumes: list[str]
+
+
+def _substitute(value: Any, where: str) -> str:
+    """A compose scalar as a string, `${VAR:-default}` and `${VAR-default}` their default,
+    `${VAR}` and `$VAR` empty (this host's environment is never read), `$$` a `$`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)):
+        raise ComposeError(f"{where} is not a string")
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        if m.group(2) is not None and "?" in m.group(2):
+            raise ComposeError(
+                f"{where} requires the variable {m.group(1)}, which is never set here"
+            )
+        if m.group(2) is not None and "+" in m.group(2):
+            return ""  # `${VAR:+alt}`: VAR is unset here
+        return m.group(3) or ""
+
+    return _VAR.sub(sub, str(value))
+
+
+def _duration(value: Any, where: str) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    if not text or _DURATION.sub("", text):
+        raise ComposeError(f"{where} is not a duration such as 3s or 1m30s: {text!r}")
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[u] for n, u in _DURATION.findall(text))
+
+
+def _argv(value: Any, where: str) -> list[str]:
+    """A command given as a list (as written) or a string (run by /bin/sh -c, as Compose
+    splits it: here a shell does)."""
+    if isinstance(value, str):
+        return ["/bin/sh", "-c", _substitute(value, where)]
+    if isinstance(value, list) and value:
+        return [_substitute(v, where) for v in value]
+    raise ComposeError(f"{where} is neither a command line nor a list of words")
+
+
+def _environment(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        pairs = [str(item).split("=", 1) for item in value]
+        value = {p[0]: p[1] if len(p) == 2 else "" for p in pairs}
+    if not isinstance(value, dict):
+        raise ComposeError(f"{where} is neither a mapping nor a list of NAME=value")
+    return {str(k): _substitute(v, f"{where} {k}") for k, v in value.items()}
+
+
+def _mounts(value: Any, where: str, volumes: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    mounts = []
+    for item in value or []:
+        if isinstance(item, dict):
+            if item.get("type", "volume") != "volume":
+                raise ComposeError(
+                    f"{where} mounts a {item.get('type')} ({item.get('source')}), and only named "
+                    "volumes are supported here (nothing of this host is ever shown to a task)"
+                )
+            source, target, ro = item.get("source"), item.get("target"), bool(item.get("read_only"))
+        else:
+            parts = _substitute(item, where).split(":")
+            source, target = (parts[0], parts[1]) if len(parts) > 1 else (None, parts[0])
+            ro = len(parts) > 2 and "ro" in parts[2].split(",")
+        if not isinstance(source, str) or source not in volumes:
+            raise ComposeError(
+                f"{where} mounts {item!r}, and only the named volumes of the file's top-level "
+                "`volumes:` are supported here (a host folder is never shown to a task)"
+            )
+        if not isinstance(target, str) or not posixpath.isabs(target) or target.strip("/") == "":
+            raise ComposeError(
+                f"{where} mounts {source} at {target!r}, which is not an absolute path below /"
+            )
+        mounts.append((source, posixpath.normpath(target), ro))
+    return mounts
+
+
+def _healthcheck(service: Service, value: Any, where: str) -> None:
+    if not isinstance(value, dict) or value.get("disable"):
+        return
+    test = value.get("test")
+    if isinstance(test, str):
+        service.check = ["/bin/sh", "-c", _substitute(test, where)]
+    elif isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL", "NONE"):
+        if test[0] == "CMD":
+            service.check = _argv(test[1:], where)
+        elif test[0] == "CMD-SHELL":
+            service.check = ["/bin/sh", "-c", _substitute(" ".join(map(str, test[1:])), where)]
+    else:
+        raise ComposeError(f"{where} test is neither CMD, CMD-SHELL, NONE nor a command line")
+    for key, attr in (("interval", "interval_s"), ("timeout", "timeout_s"),
+                      ("start_period", "start_s")):  # fmt: skip # key, attribute
+        if key in value:
+            setattr(service, attr, _duration(value[key], f"{where} {key}"))
+    if "retries" in value:
+        service.retries = max(1, int(value["retries"]))
+
+
+def _depends(service: Service, value: Any, where: str, names: set[str]) -> None:
+    items = value.items() if isinstance(value, dict) else [(n, {}) for n in value or []]
+    for name, spec in items:
+        if name not in names:
+            raise ComposeError(f"{where} names {name}, which is no service of the file")
+        condition = (spec or {}).get("condition", "service_started")
+        if condition not in ("service_started", "service_healthy"):
+            raise ComposeError(
+                f"{where} waits for {name} to be {condition}, which is not supported here "
+                "(service_started and service_healthy are)"
+            )
+        service.after.append(name)
+        if condition == "service_healthy":
+            service.healthy.append(name)
+
+
+def _service(
+    task_dir: Path, name: str, spec: Any, volumes: dict[str, Any], names: set[str]
+) -> Service:
+    where = f"environment/docker-compose.yaml: service {name}"
+    if not isinstance(spec, dict):
+        spec = {}
+    allowed = MAIN_KEYS if name == "main" else SERVICE_KEYS
+    for key in spec:
+        if key not in allowed and not str(key).startswith("x-"):
+            raise ComposeError(
+                f"{where} sets `{key}`, which is not supported here"
+                + (" (main is the task's Dockerfile)" if name == "main" else "")
+            )
+    service = Service(name)
+    if name != "main":
+        build = spec.get("build")
+        if build is None:
+            raise ComposeError(
+                f"{where} has no `build:` (a prebuilt image such as {spec.get('image', '?')!r} "
+                "is not supported here: only services built from a folder of environment/ are)"
+            )
+        build = {"context": build} if isinstance(build, str) else build
+        extra = set(build) - {"context", "dockerfile"} if isinstance(build, dict) else {"?"}
+        if extra or build.get("dockerfile", "Dockerfile") != "Dockerfile":
+            raise ComposeError(
+                f"{where} builds with {sorted(extra) or ['dockerfile']}, which is not supported "
+                "here (a context folder with its Dockerfile is)"
+            )
+        env_dir = (task_dir / "environment").resolve()
+        context = (env_dir / _substitute(build.get("context", "."), where)).resolve()
+        if not context.is_relative_to(env_dir) or not (context / "Dockerfile").is_file():
+            raise ComposeError(
+                f"{where} builds from {build.get('context')!r}, which is no folder of "
+                "environment/ with a Dockerfile"
+            )
+        service.context = context
+        if "entrypoint" in spec:
+            service.entrypoint = _argv(spec["entrypoint"], f"{where} entrypoint")
+        if "command" in spec:
+            service.command = _argv(spec["command"], f"{where} command")
+        if "working_dir" in spec:
+            service.workdir = _substitute(spec["working_dir"], where)
+        _healthcheck(service, spec.get("healthcheck"), f"{where} healthcheck")
+    service.env = _environment(spec.get("environment"), f"{where} environment")
+    service.mounts = _mounts(spec.get("volumes"), f"{where} volumes", volumes)
+    _depends(service, spec.get("depends_on"), f"{where} depends_on", names)
+    return service
+
+
+def compose_file(task_dir: Path) -> Path | None:
+    for name in NAMES:
+        path = task_dir / "environment" / name
+        if path.is_file() and not path.is_symlink():
+            return path
+    return None
+
+
+def read(task_dir: Path) -> Compose | None:
+    """The task's compose file as data (None: it has none), services in starting order;
+    ComposeError, one sentence, for what cannot run here."""
+    path = compose_file(task_dir)
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError as e:
+        raise ComposeError(f"environment/{path.name} is not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise ComposeError(f"environment/{path.name} is not a mapping of services")
+    for key in data:
+        if key not in TOP_KEYS and not str(key).startswith("x-"):
+            raise ComposeError(f"environment/{path.name} sets `{key}`, which is not supported here")
+    specs = data.get("services") or {}
+    volumes = data.get("volumes") or {}
+    for name, spec in volumes.items() if isinstance(volumes, dict) else []:
+        if isinstance(spec, dict) and (spec.get("external") or spec.get("driver_opts")):
+            raise ComposeError(
+                f"environment/{path.name}: volume {name} is external or has driver options, "
+                "which are not supported here (a volume is a fresh folder of the episode)"
+            )
+    if not isinstance(specs, dict) or not isinstance(volumes, dict):
+        raise ComposeError(f"environment/{path.name}: `services:` and `volumes:` are not mappings")
+    for name in specs:
+        if not _NAME.fullmatch(str(name)):
+            raise ComposeError(
+                f"environment/{path.name}: {str(name)[:60]!r} is not a service name (letters, "
+                "digits, `_`, `.`, `-`)"
+            )
+    names = {*specs, "main"}
+    try:
+        services = {n: _service(task_dir, str(n), s, volumes, names) for n, s in specs.items()}
+    except ComposeError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as e:  # a value of the wrong kind
+        raise ComposeError(f"environment/{path.name} cannot be read here ({e})") from None
+    main = services.pop("main", Service("main"))
+    order: list[Service] = []
+
+    def visit(service: Service, seen: tuple[str, ...]) -> None:
+        if service in order:
+            return
+        if service.name in seen:
+            raise ComposeError(
+                f"environment/{path.name}: depends_on makes a cycle ({service.name})"
+            )
+        for name in service.after:
+            if name == "main":
+                raise ComposeError(
+                    f"environment/{path.name}: service {service.name} depends on main, which "
+                    "starts last here"
+                )
+            visit(services[name], (*seen, service.name))
+        order.append(service)
+
+    for service in services.values():
+        visit(service, ())
+    return Compose(main, order, [str(v) for v in volumes])
+
+
+def preflight(task_dir: Path, options: harbor.BuildOptions) -> list[str]:
+    """What stops the task's services from running here, each a whole sentence; building
+    each service's image (cached) on the way."""
+    try:
+        compose = read(task_dir)
+    except ComposeError as e:
+        return [str(e)]
+    if compose is None or not compose.sidecars:
+        return []
+    names = ", ".join(s.name for s in compose.sidecars)
+    if os.geteuid() != 0 or not bwrap_available():
+        return [
+            f"its compose services ({names}) run beside main in the episode's own network "
+            "namespace, which needs skyrl to run as root with bubblewrap"
+        ]
+    problems = []
+    for service in compose.sidecars:
+        assert service.context is not None
+        img = harbor.service_image(task_dir, service.context, options)
+        problems += [f"service {service.name}: {p}" for p in img.problems]
+        if not img.problems and not (
+            service.entrypoint or service.command or img.entrypoint or img.command
+        ):
+            problems.append(f"service {service.name} has no ENTRYPOINT, CMD nor command to run")
+    return problems
+
+
+# ---------------------------------------------------------------------------- the episode
+
+
+@dataclass
+class Sidecars:
+    """The running services of one episode; `close` ends them and removes their volumes."""
+
+    sandboxes: list[Sandbox] = field(default_factory=list)
+    volumes: Path | None = None
+
+    def close(self) -> None:
+        for sandbox in self.sandboxes:
+            sandbox.close()
+        self.sandboxes = []
+        if self.volumes is not None:
+            shutil.rmtree(self.volumes, ignore_errors=True)
+            self.volumes = None
+
+
+def _name_hosts(sandbox: Sandbox, names: list[str]) -> None:
+    """Every service name on the episode's loopback, in the sandbox's own /etc/hosts (made by
+    `harbor.Layout` through `harbor.own_hosts`)."""
+    with open(sandbox.workdir / "hosts", "a") as f:
+        f.write("".join(f"127.0.0.1\t{name}\n" for name in names))
+
+
+def _volume_view(service: Service, folders: dict[str, Path]) -> list[str]:
+    return [
+        arg
+        for volume, target, ro in service.mounts
+        for arg in ("--ro-bind" if ro else "--bind", str(folders[volume]), target)
+    ]
+
+
+def _fill(folder: Path, layer: Path, target: str) -> None:
+    """Docker's first mount of an empty volume: the image's files at `target` copied in."""
+    if any(folder.iterdir()):
+        return
+    with contextlib.suppress(ValueError, OSError):
+        source = harbor._safe_target(layer, target)
+        if source.is_dir() and not source.is_symlink():
+            shutil.copytree(source, folder, symlinks=True, dirs_exist_ok=True)
+
+
+def _healthy(service: Service, sandbox: Sandbox, proc: subprocess.Popen, log: Path) -> str | None:
+    """Run the service's healthcheck until it passes: None, or why it never did."""
+    if service.check is None:
+        return None
+    begun, failures = time.monotonic(), 0
+    while True:
+        if proc.poll() is not None:
+            tail = (
+                log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+            )
+            last = f": {tail[0].strip()[:200]}" if tail else ""
+            return f"service {service.name} exited (status {proc.returncode}) before it was healthy{last}"
+        result = sandbox.run(service.check, timeout=service.timeout_s)
+        if result.returncode == 0:
+            return None
+        took = time.monotonic() - begun
+        failures += took >= service.start_s  # failures in the start period do not count
+        if failures >= service.retries or took > MAX_CHECK_S:
+            said = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:]
+            why = f" (last: {said[0].strip()[:200]})" if said else ""
+            return (
+                f"service {service.name} did not become healthy: its healthcheck failed "
+                f"{service.retries} times, {service.interval_s:g}s apart{why}"
+            )
+        time.sleep(service.interval_s)
+
+
+def start(task_dir: Path, layout: harbor.Layout, options: harbor.BuildOptions) -> Sidecars | None:
+    """Start the task's services beside the episode of `layout`, in the episode's network
+    namespace, and give `main`'s environment, volumes and service names to the episode's
+    sandbox; None when the task has no compose file. ValueError, one sentence, when a service
+    cannot start or never becomes healthy (everything started is ended)."""
+    compose = read(task_dir)
+    if compose is None:
+        return None
+    main = layout.sandbox
+    names = ["main", *(s.name for s in compose.sidecars)]
+    if compose.sidecars and main.join_net is None:
+        raise ValueError(
+            "its compose services run beside main in the episode's own network namespace, "
+            "which needs skyrl to run as root with bubblewrap"
+        )
+    top = Path(tempfile.mkdtemp(prefix="skyrl-volumes-"))
+    top.chmod(0o711)  # unlistable: each volume's folder name is a secret of the episode
+    running = Sidecars(volumes=top)
+    folders = {v: top / secrets.token_hex(16) for v in compose.volumes}
+    try:
+        for folder in folders.values():
+            folder.mkdir()
+        # every layout and volume is made before any service runs: nothing of a task's is
+        # ever running while a volume is filled or given to its owner (as root)
+        ready = [_prepare(task_dir, s, main, options, folders, names) for s in compose.sidecars]
+        running.sandboxes += [sandbox for _, sandbox, _ in ready]
+        layers = [(s.mounts, side.root, sb.uid) for s, sb, (side, _) in ready]
+        _own_volumes(folders, [*layers, (compose.main.mounts, layout.root, main.uid)])
+        started: dict[str, tuple[Service, Sandbox, subprocess.Popen, Path]] = {}
+        for service, sandbox, (_, argv) in ready:
+            _wait(service.healthy, started)
+            log = sandbox.workdir / "service.log"
+            with open(log, "wb") as out:
+                proc = sandbox.popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
+            started[service.name] = (service, sandbox, proc, log)
+        _wait(compose.main.healthy, started)
+    except Exception:
+        running.close()
+        raise
+    main.env |= compose.main.env
+    main.view += _volume_view(compose.main, folders)
+    _name_hosts(main, names)
+    return running
+
+
+def _prepare(
+    task_dir: Path,
+    service: Service,
+    main: Sandbox,
+    options: harbor.BuildOptions,
+    folders: dict[str, Path],
+    names: list[str],
+) -> tuple[Service, Sandbox, tuple[harbor.Layout, list[str]]]:
+    """A service's sandbox over a private copy of its image, on the episode's network, with
+    its environment, volumes and the episode's names; its command line."""
+    assert service.context is not None
+    img = harbor.service_image(task_dir, service.context, options)
+    sandbox = Sandbox(main.limits)
+    try:
+        side = harbor.Layout(img, sandbox, join_net=main.join_net)
+        sandbox.env |= service.env
+        sandbox.view += _volume_view(service, folders)
+        _name_hosts(sandbox, names)
+    except Exception:
+        sandbox.close()
+        raise
+    sandbox.entrypoint = []
+    if service.workdir:
+        sandbox.inner_workdir = service.workdir
+    entry = service.entrypoint if service.entrypoint is not None else img.entrypoint
+    if service.command is not None:
+        command = service.command
+    else:  # Docker's: an `entrypoint:` of the service drops the image's CMD
+        command = img.command if service.entrypoint is None else []
+    return service, sandbox, (side, [*entry, *command])
+
+
+def _wait(
+    healthy: list[str], started: dict[str, tuple[Service, Sandbox, subprocess.Popen, Path]]
+) -> None:
+    for name in healthy:
+        why = _healthy(*started[name])
+        if why is not None:
+            raise ValueError(why)
+
+
+def _own_volumes(
+    folders: dict[str, Path], layers: list[tuple[list[tuple[str, str, bool]], Path, int | None]]
+) -> None:
+    """Fill each empty volume from the first layer (in starting order, main last) with files
+    at its path, as Docker fills one; give it to the first service that mounts it read-write
+    (the others read its files), its folder open to every service of the episode."""
+    owners: dict[str, int | None] = {}
+    for mounts, root, uid in layers:
+        for volume, target, ro in mounts:
+            _fill(folders[volume], root, target)
+            if not ro:
+                owners.setdefault(volume, uid)
+    for volume, folder in folders.items():
+        chown_tree(folder, owners.get(volume))
+        folder.chmod(0o777)
