@@ -271,10 +271,8 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
         reference=SamplingClient(make("reference")) if cfg.algorithm.kl_coef > 0 else None,
     )
     if not local:
-        # While the workers start, the driver imports what it needs next (the tokenizer, the
-        # tracker), then waits for them: the time goes to the phase that takes it.
-        import transformers  # noqa: F401
-
+        # While the workers start, the driver imports what it needs next (the tracker), then
+        # waits for them: the time goes to the phase that takes it.
         if cfg.tracking.enabled:
             import mlflow  # noqa: F401
 

@@ -32,6 +32,7 @@ from agents.agent_loop import Budget
 from agents.chat import ChatFormat
 from agents.evaluate import evaluate
 from agents.models import resolve_model
+from agents.tokenizer import load_tokenizer
 from agents.trajectory import Trajectory
 from environments import registry
 from tasks.task import Task
@@ -217,9 +218,7 @@ def prepare(cfg: RunConfig, run: RunDir, resume: bool = False) -> Session:
     )
     clients = place(cfg, model_path)
     stop = stopping.install(progress.note)  # again: ray.init replaced the SIGTERM handler
-    from transformers import AutoTokenizer
-
-    chat = ChatFormat(AutoTokenizer.from_pretrained(str(model_path)))
+    chat = ChatFormat(load_tokenizer(model_path))
     budget = Budget(cfg.rollout.max_new_tokens, cfg.rollout.max_total_tokens)
     pool = ThreadPoolExecutor(cfg.rollout.env_workers, thread_name_prefix="skyrl-env")
     ac = Acting(cfg, train_tasks, make_env, chat, budget, pool)
