@@ -7,7 +7,7 @@ by a seeded rule (`convention_of`): plural or singular tables; snake_case, camel
 PascalCase, abbreviated (`birth_yr`) or table-prefixed (`ath_name`) columns; `id` or
 `<table>_id` keys. The gold query is rewritten to the rendering (sqlglot, scope by scope)
 and the question swaps some identifier words for synonyms (`SYNONYMS`, seeded per task).
-Dev and test are today's, plus `zoo` (dev) and `league` (test), two databases whose domain
+Dev and test are today's tasks (in a round robin over their databases), plus `zoo` (dev) and `league` (test), two databases whose domain
 and convention no train database shares. Held-out conventions stay out of train: SQLite
 compares names case-insensitively, so singular camelCase (`lending`) is singular PascalCase
 too, and singular abbreviated (`weather`) is left out with both.
@@ -23,6 +23,7 @@ as `<database>~<code>.sqlite` (`bookshop~singular-camel-tid`).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import random
 import re
@@ -332,7 +333,13 @@ def suite(split: str, bundled: dict[str, list[Task]], extra: list[Task]) -> list
             out.append(Task(f"{t.id}-{conv.code}", t.env, question, gold, split, meta))
         return out
     mine = split.removeprefix("transfer-")
+    by_db: dict[str, list[Task]] = {}
+    for t in [*bundled[mine], *(e for e in extra if e.split == mine)]:
+        by_db.setdefault(str(t.metadata["database"]), []).append(t)
+    # round robin over the databases, so that any first N (`eval.limit`) holds every one
     return [
         Task(t.id, t.env, t.prompt, t.answer, split, t.metadata)
-        for t in [*bundled[mine], *(e for e in extra if e.split == mine)]
+        for row in itertools.zip_longest(*by_db.values())
+        for t in row
+        if t is not None
     ]
