@@ -32,3 +32,21 @@ def test_the_transfer_recipe_trains_on_renderings_and_scores_every_dev_database(
     scored = [json.loads(line)["task_id"] for line in (run / "eval" / "after.jsonl").open()]
     dbs = {t.split("-")[1] for t in scored}  # round robin: six tasks, six databases
     assert dbs == {"bookshop", "university", "airline", "hospital", "weather", "zoo"}, dbs
+
+
+def test_skyrl_eval_scores_a_split_the_suite_adds(tmp_path):
+    """`skyrl eval --split transfer-test` (what `benchmarks/learning.py --test-split` runs on
+    a run's checkpoints): the split's first six tasks are one from each of its databases."""
+    skyrl(
+        "eval",
+        *("--env", "sql", "--model", "tiny", "--split", "transfer-test", "--limit", "6"),
+        *("--output", str(tmp_path / "out")),
+        cwd=tmp_path,
+    )
+    scored = [json.loads(line)["task_id"] for line in (tmp_path / "out" / "results.jsonl").open()]
+    dbs = {t.split("-")[1] for t in scored}
+    assert dbs == {"bookshop", "university", "airline", "music", "lending", "league"}, dbs
+    bad = skyrl(
+        "eval", "--env", "sql", "--model", "tiny", "--split", "valid", cwd=tmp_path, check=False
+    )
+    assert bad.returncode != 0 and "unknown split 'valid'" in bad.stdout + bad.stderr
