@@ -39,6 +39,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from tasks.sql import domains, league, zoo
+from tasks.sql.tables import sqlite_tables
 from tasks.task import Task
 
 VERSION = "t1"
@@ -178,18 +179,8 @@ def _schema(base: str) -> dict[str, list[str]]:
     """table -> its columns, in order, read from the bundled database."""
     from tasks.sql import database_path as bundled_path
 
-    uri = f"{bundled_path(base).resolve().as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
-    try:
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid"
-            )
-        ]
+    with sqlite_tables(bundled_path(base)) as (conn, names):
         return {t: [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')] for t in names}
-    finally:
-        conn.close()
 
 
 def _style(words: list[str], style: str) -> str:
