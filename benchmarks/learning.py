@@ -320,7 +320,8 @@ def group_table(seeds: list[Seed], start: str) -> list[str]:
     """SQL databases grouped by whether train uses their naming convention, per scored split
     (the run's eval split, then any `--test-split`): accuracy at both checkpoints (mean over
     seeds), the RL delta, the probe rate and the accuracy of the episodes with and without a
-    probe (all seeds' episodes pooled, their count in brackets)."""
+    probe (all seeds' episodes pooled, their count in brackets); each group's databases get
+    a row of their own after it."""
     dev = [(s.start, s.final, s.start_probes, s.final_probes) for s in seeds]
     splits = [(seeds[0].final.get("split", "dev"), dev)]
     for name in sorted(set().union(*(s.extra for s in seeds))):
@@ -348,21 +349,25 @@ def group_table(seeds: list[Seed], start: str) -> list[str]:
             ]
         for g in ("seen", "unseen"):
             mine = groups.get(g, [])
-            if not mine:
-                continue
-            a = [_group_acc(st, mine) for st, _, _, _ in per_seed]
-            b = [_group_acc(fi, mine) for _, fi, _, _ in per_seed]
-            d = [y - x for x, y in zip(a, b, strict=True)]
-            tasks = sum(_cell(per_seed[0][1], "database", db).get("tasks", 0) for db in mine)
-            p = _pool([subset(sp, set(mine)) for _, _, sp, _ in per_seed])
-            q = _pool([subset(fp, set(mine)) for _, _, _, fp in per_seed])
-            rows.append(
-                f"| {split} | {g} | {', '.join(mine)} | {tasks or '-'}"
-                f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
-                f" | {p.rate:.1f} / {q.rate:.1f} | {_pct(p.acc(True))} / {_pct(p.acc(False))}"
-                f" | {_pct(q.acc(True))} / {_pct(q.acc(False))} |"
-            )
+            # the group's row, then one per database when it holds several
+            for dbs in [mine, *([[db] for db in mine] if len(mine) > 1 else [])]:
+                rows.append(_group_row(split, g, dbs, per_seed))
     return rows
+
+
+def _group_row(split: str, g: str, dbs: list[str], per_seed: list[tuple]) -> str:
+    a = [_group_acc(st, dbs) for st, _, _, _ in per_seed]
+    b = [_group_acc(fi, dbs) for _, fi, _, _ in per_seed]
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    tasks = sum(_cell(per_seed[0][1], "database", db).get("tasks", 0) for db in dbs)
+    p = _pool([subset(sp, set(dbs)) for _, _, sp, _ in per_seed])
+    q = _pool([subset(fp, set(dbs)) for _, _, _, fp in per_seed])
+    return (
+        f"| {split} | {g} | {', '.join(dbs)} | {tasks or '-'}"
+        f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
+        f" | {p.rate:.1f} / {q.rate:.1f} | {_pct(p.acc(True))} / {_pct(p.acc(False))}"
+        f" | {_pct(q.acc(True))} / {_pct(q.acc(False))} |"
+    )
 
 
 def breakdown_table(seeds: list[Seed], key: str, start: str) -> list[str]:

@@ -216,8 +216,8 @@ def _write_eval(folder: Path, name: str, episodes: list[dict], by_database: dict
 def test_learning_report_groups_databases_by_convention_on_dev_and_the_test_split(tmp_path):
     """`--report` over two finished `sql_transfer` runs, each with its warm-up and final
     checkpoints scored on transfer-test too (`--test-split`): a row per split and convention
-    group (seen in train / unseen) with accuracy, RL delta, probe rate and the accuracy with
-    and without probes at both checkpoints."""
+    group (seen in train / unseen), then per database of a group of several, with accuracy,
+    RL delta, probe rate and the accuracy with and without probes at both checkpoints."""
     probe, answer = "<sql>SELECT * FROM t_animal LIMIT 3</sql>", "<solution>SELECT 1</solution>"
     for seed in (0, 1):
         ev = tmp_path / "runs" / f"sql-{seed}" / "eval"
@@ -256,6 +256,10 @@ def test_learning_report_groups_databases_by_convention_on_dev_and_the_test_spli
         " | - / 100.0 (2) | - / 100.0 (2) |",
         "| transfer-dev | unseen | weather, zoo | 2 | 0.0 | 50.0 | 50.0 ± 0.0 | 0.0 / 75.0"
         " | - / 0.0 (4) | 66.7 (3) / 0.0 (1) |",
+        "| transfer-dev | unseen | weather | 1 | 0.0 | 100.0 | 100.0 ± 0.0 | 0.0 / 100.0"
+        " | - / 0.0 (2) | 100.0 (2) / - |",
+        "| transfer-dev | unseen | zoo | 1 | 0.0 | 0.0 | 0.0 ± 0.0 | 0.0 / 50.0"
+        " | - / 0.0 (2) | 0.0 (1) / 0.0 (1) |",
         "| transfer-test | seen | music | 1 | 100.0 | 100.0 | 0.0 ± 0.0 | 0.0 / 0.0"
         " | - / 100.0 (2) | - / 100.0 (2) |",
         "| transfer-test | unseen | league | 1 | 0.0 | 100.0 | 100.0 ± 0.0 | 100.0 / 100.0"
