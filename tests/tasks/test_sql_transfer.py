@@ -5,6 +5,7 @@ every rewritten gold query runs on its rendering and returns what the original r
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import sqlite3
 from pathlib import Path
@@ -135,3 +136,17 @@ def test_the_transfer_splits_are_pinned():
         tasks = load_suite(split)
         lines = "".join(f"{t.id}\t{t.metadata['database']}\t{t.answer}\n" for t in tasks)
         assert (len(tasks), hashlib.sha256(lines.encode()).hexdigest()) == (n, sha), split
+
+
+def test_a_rendering_and_an_extra_database_rebuild_to_the_same_contents():
+    def dump(path: Path) -> str:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return "\n".join(conn.iterdump())
+
+    for name in ("university~plural-abbrev-tid", "league"):
+        path = database_path(name)
+        first = dump(path)
+        path.unlink()
+        again = dump(database_path(name))
+        assert hashlib.sha256(first.encode()).digest() == hashlib.sha256(again.encode()).digest()
+        assert "CREATE TABLE" in first
