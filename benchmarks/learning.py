@@ -4,6 +4,7 @@
     python benchmarks/learning.py --env math --model smollm2-135m --seeds 3
     python benchmarks/learning.py --config sql_grpo --set trainer.max_steps=20 --eval-every 10
     python benchmarks/learning.py --report runs-learning/sql        # re-read finished runs only
+    python benchmarks/learning.py --config sql_transfer --test-split transfer-test
 
 Each seed is one real `skyrl train` (its own run directory under --runs-dir), with the
 evaluation widened to the whole split (`eval.limit`), so the warm-up checkpoint (step 0) and
@@ -12,8 +13,12 @@ warm-up accuracy, the final accuracy and the RL delta between them, the wall tim
 and of one final evaluation, and the RL delta per database (where the environment reports
 one) with the database's naming convention. From the eval trajectories (eval/*.jsonl) it
 counts the episodes that ran a `<sql>` probe before answering, and the accuracy of the
-episodes with and without one. Writes a PNG of dev accuracy and mean reward against step for
-every seed. Nothing here is asserted: the figures go to docs/learning.md by hand, with the
+episodes with and without one. For SQL it also groups the databases by whether train uses
+their naming convention (`tasks.sql.transfer.convention_seen`): accuracy, RL delta, probe
+rate and accuracy with and without probes per group, at the warm-up and final checkpoints;
+`--test-split transfer-test` scores both checkpoints on that split too (`skyrl eval`), so
+the test split's unseen-convention databases are in the table. Writes a PNG of dev accuracy
+and mean reward against step for every seed. Nothing here is asserted: the figures go to docs/learning.md by hand, with the
 command that made them.
 """
 
@@ -45,6 +50,7 @@ class Probes:
     plain_correct: int = 0
     sql_tagged: int = 0  # episodes that wrote a <sql> or <solution> tag: an SQL environment's
     episodes: list[tuple[str, bool]] = field(default_factory=list)  # (task id, probed)
+    outcomes: list[tuple[str, bool, bool]] = field(default_factory=list)  # (id, probed, right)
 
     @property
     def rate(self) -> float:
@@ -74,18 +80,54 @@ def probes(path: Path) -> Probes:
         p.plain_correct += (not probed) and correct
         p.sql_tagged += probed or "<solution>" in said
         p.episodes.append((rec["task_id"], probed))
+        p.outcomes.append((rec["task_id"], probed, correct))
     return p
+
+
+def subset(p: Probes, databases: set[str]) -> Probes:
+    """The episodes of some SQL databases only (task ids `sql-<database>-...`)."""
+    q = Probes()
+    for task, probed, correct in p.outcomes:
+        if task.split("-")[1:2] and task.split("-")[1] in databases:
+            q.n += 1
+            q.probed += probed
+            q.probed_correct += probed and correct
+            q.plain_correct += (not probed) and correct
+            q.sql_tagged += 1
+            q.episodes.append((task, probed))
+            q.outcomes.append((task, probed, correct))
+    return q
 
 
 def convention(database: str) -> tuple[str, str]:
     """A bundled SQL database's naming convention ("plural snake_case") and whether train
     shows it ("yes", or "no" for a held-out database); ("-", "-") for any other."""
     from tasks import sql
-    from tasks.sql import domains
+    from tasks.sql import domains, transfer
 
-    if database not in sql.DATABASES:
+    if database not in sql.DATABASES and not transfer.is_transfer_database(database):
         return "-", "-"
-    return sql.convention(database), "yes" if domains.load(database).split == "shared" else "no"
+    shared = domains.load(database.partition(transfer.SEP)[0]).split == "shared"
+    return sql.convention(database), "yes" if shared else "no"
+
+
+def group(database: str) -> str | None:
+    """`seen` when train renderings use a bundled database's naming convention, `unseen`
+    when none does; None for a database that is not bundled."""
+    from tasks import sql
+    from tasks.sql import transfer
+
+    if database not in sql.DATABASES and not transfer.is_transfer_database(database):
+        return None
+    return "seen" if transfer.convention_seen(database) else "unseen"
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint's evaluation on one split: its report and its episodes' probes."""
+
+    report: dict[str, Any]
+    probes: Probes
 
 
 @dataclass
@@ -100,6 +142,8 @@ class Seed:
     eval_s: float | None = None
     start_probes: Probes = field(default_factory=Probes)
     final_probes: Probes = field(default_factory=Probes)
+    # another split (`--test-split`) scored at both checkpoints: split -> (start, final)
+    extra: dict[str, tuple[Checkpoint, Checkpoint]] = field(default_factory=dict)
 
     @property
     def delta(self) -> float:
@@ -135,8 +179,8 @@ def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
 def read(run: Path) -> Seed:
     """A finished run's reports: the warm-up (or before) and after evals, reward and dev curves."""
     meta = run / "learning-seed.json"
-    info = json.loads(meta.read_text()) if meta.exists() else {"seed": -1, "wall_s": None}
-    s = Seed(info["seed"], run, info["wall_s"])
+    info: dict[str, Any] = json.loads(meta.read_text()) if meta.exists() else {"seed": -1}
+    s = Seed(info["seed"], run, info.get("wall_s"))
     ev = run / "eval"
     first = ev / "warmup.json" if (ev / "warmup.json").exists() else ev / "before.json"
     if not first.exists() or not (ev / "after.json").exists():
@@ -153,7 +197,41 @@ def read(run: Path) -> Seed:
         if "eval/accuracy" in m:
             s.evals.append((m["step"], m["eval/accuracy"]))
     s.evals.append((s.final.get("step", s.curve[-1][0] if s.curve else 0), s.final["accuracy"]))
+    s.extra = _read_extra(ev)
     return s
+
+
+def score_split(s: Seed, split: str) -> None:
+    """The warm-up checkpoint (step 0) and the final one scored on another split by
+    `skyrl eval` (greedy, every task), into eval/extra-<split>-{start,final}/."""
+    models = {"final": s.run}
+    if (s.run / "checkpoints" / "step-000000").exists():
+        models["start"] = s.run / "checkpoints" / "step-000000"
+    for name, model in models.items():
+        cmd = [_skyrl(), "eval", "--model", str(model), "--split", split]
+        cmd += [
+            "--limit",
+            str(ALL_TASKS),
+            "--output",
+            str(s.run / "eval" / f"extra-{split}-{name}"),
+        ]
+        print("$", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True, stdout=sys.stderr)
+
+
+def _read_extra(ev: Path) -> dict[str, tuple[Checkpoint, Checkpoint]]:
+    out = {}
+    for final in sorted(ev.glob("extra-*-final")):
+        split = final.name.removeprefix("extra-").removesuffix("-final")
+        pair = []
+        for folder in (ev / f"extra-{split}-start", final):
+            if not (folder / "report.json").exists():
+                pair.append(Checkpoint({}, Probes()))
+                continue
+            report = json.loads((folder / "report.json").read_text())
+            pair.append(Checkpoint(report, probes(folder / "results.jsonl")))
+        out[split] = (pair[0], pair[1])
+    return out
 
 
 def time_eval(s: Seed) -> None:
@@ -216,7 +294,80 @@ def table(seeds: list[Seed]) -> str:
             )
     for key in sorted(set().union(*(s.final.get("breakdown", {}) for s in seeds)) - {"database"}):
         rows += breakdown_table(seeds, key, start)
+    rows += group_table(seeds, start)
     return "\n".join(rows)
+
+
+def _pool(ps: list[Probes]) -> Probes:
+    out = Probes()
+    for p in ps:
+        out.n, out.probed = out.n + p.n, out.probed + p.probed
+        out.probed_correct += p.probed_correct
+        out.plain_correct += p.plain_correct
+        out.outcomes += p.outcomes
+    return out
+
+
+def _group_acc(report: dict, dbs: list[str]) -> float:
+    """Accuracy (%) over some databases' tasks, from an eval report's per-database rows."""
+    acc = report.get("by_database", {})
+    weight = {db: _cell(report, "database", db).get("tasks", 1) for db in dbs}
+    total = sum(weight[db] for db in dbs if db in acc)
+    return 100 * sum(acc[db] * weight[db] for db in dbs if db in acc) / total if total else 0.0
+
+
+def group_table(seeds: list[Seed], start: str) -> list[str]:
+    """SQL databases grouped by whether train uses their naming convention, per scored split
+    (the run's eval split, then any `--test-split`): accuracy at both checkpoints (mean over
+    seeds), the RL delta, the probe rate and the accuracy of the episodes with and without a
+    probe (all seeds' episodes pooled, their count in brackets); each group's databases get
+    a row of their own after it."""
+    dev = [(s.start, s.final, s.start_probes, s.final_probes) for s in seeds]
+    splits = [(seeds[0].final.get("split", "dev"), dev)]
+    for name in sorted(set().union(*(s.extra for s in seeds))):
+        pairs = [s.extra[name] for s in seeds if name in s.extra]
+        splits.append((name, [(a.report, b.report, a.probes, b.probes) for a, b in pairs]))
+    rows: list[str] = []
+    for split, per_seed in splits:
+        dbs = sorted(set().union(*(f.get("by_database", {}) for _, f, _, _ in per_seed)))
+        groups: dict[str, list[str]] = {}
+        for db in dbs:
+            if (g := group(db)) is not None:
+                groups.setdefault(g, []).append(db)
+        if not groups:
+            continue
+        if not rows:
+            rows += [
+                "",
+                "convention groups: `seen` databases are named in a convention train uses, "
+                "`unseen` ones in none (accuracy: mean over seeds; probes: episodes pooled)",
+                "",
+                f"| split | group | databases | tasks | {start} % | final % | RL delta (mean ± std)"
+                f" | probed % ({start} / final) | {start} % with / without probes"
+                " | final % with / without probes |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+        for g in ("seen", "unseen"):
+            mine = groups.get(g, [])
+            # the group's row, then one per database when it holds several
+            for dbs in [mine, *([[db] for db in mine] if len(mine) > 1 else [])]:
+                rows.append(_group_row(split, g, dbs, per_seed))
+    return rows
+
+
+def _group_row(split: str, g: str, dbs: list[str], per_seed: list[tuple]) -> str:
+    a = [_group_acc(st, dbs) for st, _, _, _ in per_seed]
+    b = [_group_acc(fi, dbs) for _, fi, _, _ in per_seed]
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    tasks = sum(_cell(per_seed[0][1], "database", db).get("tasks", 0) for db in dbs)
+    p = _pool([subset(sp, set(dbs)) for _, _, sp, _ in per_seed])
+    q = _pool([subset(fp, set(dbs)) for _, _, _, fp in per_seed])
+    return (
+        f"| {split} | {g} | {', '.join(dbs)} | {tasks or '-'}"
+        f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
+        f" | {p.rate:.1f} / {q.rate:.1f} | {_pct(p.acc(True))} / {_pct(p.acc(False))}"
+        f" | {_pct(q.acc(True))} / {_pct(q.acc(False))} |"
+    )
 
 
 def breakdown_table(seeds: list[Seed], key: str, start: str) -> list[str]:
@@ -323,6 +474,11 @@ def main() -> None:
     p.add_argument("--no-eval-timing", action="store_true", help="skip the timed re-evaluation")
     p.add_argument("--quiet", action="store_true", help="training's output to stderr")
     p.add_argument("--report", type=Path, default=None, help="only read the runs in this folder")
+    p.add_argument(
+        "--test-split",
+        default=None,
+        help="also score the warm-up and final checkpoints on this split (e.g. transfer-test)",
+    )
     args = p.parse_args()
     if not args.env and not args.config:
         args.env = "sql"
@@ -334,7 +490,10 @@ def main() -> None:
         root = args.runs_dir or Path("runs-learning") / Path(name).stem
         seeds = []
         for k in range(args.seeds):
-            seeds.append(read(train(args, args.first_seed + k, root).run))
+            run = train(args, args.first_seed + k, root).run
+            if args.test_split:
+                score_split(read(run), args.test_split)
+            seeds.append(read(run))
             if not args.no_eval_timing and k == 0:
                 time_eval(seeds[-1])
     if not seeds:

@@ -28,6 +28,7 @@ an exception.
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,7 @@ class SQLEnv(gym.Env):
         float_decimals: int | None = None,
         schema_format: str | None = None,
         sample_rows: int | None = None,
+        probe_share: float = 0.0,
         **kwargs: Any,
     ) -> None:
         self.max_turns = text_env.turn_limit(max_turns)
@@ -267,6 +269,9 @@ class SQLEnv(gym.Env):
         """Text every model turn starts with (the agent writes it, mask 0), e.g. "<"."""
         self.partial_credit = partial_credit
         """Weight of the F1 shaping reward for a wrong <solution> (0 = pure execution match)."""
+        self.probe_share = text_env.in_range("probe_share", probe_share, 0, 1)
+        """Share of warm-up demonstrations (seeded per task id) that first look at the gold
+        query's tables with `<sql>SELECT * FROM T LIMIT 3</sql>` (one or two), then answer."""
         self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._db: Target | None = None
@@ -331,16 +336,39 @@ class SQLEnv(gym.Env):
             return self._next_turn(f"Error: {e}", str(e))
         return self._next_turn(format_table(columns, rows, more, self.max_obs_chars), None)
 
-    def demonstration(self, task: Task) -> str | None:
+    def demonstration(self, task: Task) -> str | list[str] | None:
         """What a model turn that answers `task` correctly writes (after `response_prefix`):
-        the gold query as the solution. For supervised warm-up (`warmup.sft_steps`)."""
+        the gold query as the solution, after one or two probes for a `probe_share` of
+        tasks (a list of turns, replayed). For supervised warm-up (`warmup.sft_steps`)."""
         if not isinstance(task.answer, str) or not task.answer.strip():
             return None
         answer = task.answer.strip()
         database = task.metadata.get("database") or self.database
         if database:
             answer = gold_sql(task, resolve_target(str(database), self.dsn))
-        return text_env.tag_demonstration("solution", answer, self.response_prefix)
+        solution = text_env.tag_demonstration("solution", answer, self.response_prefix)
+        probes = self._probes(task.id, answer) if solution is not None else []
+        return [*probes, solution] if probes and solution is not None else solution
+
+    def _probes(self, task_id: str, answer: str) -> list[str]:
+        """The probes of a looking demonstration: for a seeded `probe_share` of tasks, the
+        rows of the gold query's first table (and, for half of the joins, of its second),
+        within the turns an episode has before its answer. None where the response prefix
+        leaves no room for an `<sql>` tag."""
+        rng = random.Random(f"skyrl-sql-probe-{task_id}")
+        if self.max_turns < 2 or rng.random() >= self.probe_share:
+            return []
+        try:
+            tree = sqlglot.parse_one(answer)
+        except sqlglot.errors.ParseError:
+            return []
+        tables = list(dict.fromkeys(t.name for t in tree.find_all(exp.Table)))
+        k = 2 if len(tables) > 1 and self.max_turns > 2 and rng.random() < 0.5 else 1
+        probes = [
+            text_env.tag_demonstration("sql", f"SELECT * FROM {t} LIMIT 3", self.response_prefix)
+            for t in tables[:k]
+        ]
+        return [p for p in probes if p is not None] if None not in probes else []
 
     def _next_turn(self, body: str, error: str | None) -> text_env.Step:
         """An observation for a turn that did not end the episode, unless it was the last one."""

@@ -61,7 +61,11 @@ def eval_(
         ),
     ] = None,
     split: Annotated[
-        str | None, typer.Option("--split", help="Bundled split: dev (default) or test.")
+        str | None,
+        typer.Option(
+            "--split",
+            help="Bundled split: dev (default), test, or one a suite adds (sql: transfer-test).",
+        ),
     ] = None,
     tasks: Annotated[
         Path | None, typer.Option("--tasks", help="A JSONL task file instead of a split.")

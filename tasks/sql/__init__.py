@@ -16,6 +16,10 @@ the plural and its columns in snake_case; `weather` (singular tables, abbreviate
 `station.temp_c`) and `lending` (singular tables, camelCase columns: `member.fullName`) do
 not, and their questions are reworded (`data/phrasings.json`), so dev and test measure
 reading the schema, not recalling a naming habit (`convention(name)` says which is which).
+
+The splits `transfer-train`, `transfer-dev` and `transfer-test` (the `sql_transfer` recipe)
+are `tasks.sql.transfer`: the train databases rendered in many naming conventions, and two
+more held-out databases (`zoo`, `league`). They leave the three splits above as they are.
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ _DOMAINS: dict[str, ModuleType] = {
 databases go last: the order fixes the suite's order, and the train split must not move."""
 DATABASES: tuple[str, ...] = tuple(_DOMAINS)
 SPLITS = ("train", "dev", "test")
+ALL_SPLITS = (*SPLITS, "transfer-train", "transfer-dev", "transfer-test")
 
 _suite: list[Task] | None = None
+_transfer: dict[str, list[Task]] = {}
 
 
 def database_path(name: str) -> Path:
@@ -61,14 +67,21 @@ def database_path(name: str) -> Path:
         if not path.exists():
             build_all(folder)
         return path
+    from tasks.sql import transfer
+
+    if transfer.is_transfer_database(name):
+        return transfer.database_path(name)
     if Path(name).is_file():
         return Path(name)
     raise ValueError(f"unknown database '{name}'; known: {', '.join(DATABASES)}")
 
 
 def convention(name: str) -> str:
-    """How a bundled database names its tables and columns, e.g. "plural snake_case"."""
-    return domains.load(name).convention
+    """How a bundled database names its tables and columns, e.g. "plural snake_case"
+    (a transfer rendering such as `bookshop~singular-camel-tid` too)."""
+    from tasks.sql import transfer
+
+    return transfer.convention(name)
 
 
 def duckdb_folder() -> Path:
@@ -112,7 +125,7 @@ def build_database(name: str, path: Path) -> None:
     try:
         conn.execute("PRAGMA foreign_keys = ON")  # the seeded rows must respect them
         conn.executescript(domains.load(name).schema)
-        rows = _DOMAINS[name].build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
+        rows = _builder(name).build_rows(random.Random(f"skyrl-sql-{VERSION}-{name}"))
         table, column = domains.load(name).nulled
         index = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")].index(column)
         blank = random.Random(f"skyrl-sql-{VERSION}-{name}-nulls")
@@ -125,6 +138,12 @@ def build_database(name: str, path: Path) -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def _builder(name: str) -> ModuleType:
+    from tasks.sql import transfer
+
+    return _DOMAINS.get(name) or transfer.EXTRA[name]
 
 
 def schema_text(name_or_path: str) -> str:
@@ -159,14 +178,23 @@ def schema_text(name_or_path: str) -> str:
 
 
 def load_suite(split: str | None = None) -> list[Task]:
-    """The bundled questions of one split (`train`, `dev`, `test`), or all for None."""
-    if split is not None and split not in SPLITS:
+    """The bundled questions of one split (`train`, `dev`, `test`, or a `transfer-` one),
+    or all of the first three for None."""
+    if split is not None and split not in ALL_SPLITS:
         raise ValueError(
-            f"unknown split '{split}'; accepted: {', '.join(SPLITS)} (or None for all)"
+            f"unknown split '{split}'; accepted: {', '.join(ALL_SPLITS)} (or None for all)"
         )
     global _suite
     if _suite is None:
         _suite = [task for name in DATABASES for task in _database_tasks(name)]
+    if split in ALL_SPLITS and split not in SPLITS:
+        from tasks.sql import transfer
+
+        if split not in _transfer:
+            bundled = {s: [t for t in _suite if t.split == s] for s in SPLITS}
+            extra = [t for name in transfer.EXTRA for t in _database_tasks(name)]
+            _transfer[split] = transfer.suite(split, bundled, extra)
+        return list(_transfer[split])
     return [t for t in _suite if split is None or t.split == split]
 
 

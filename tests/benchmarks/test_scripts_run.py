@@ -190,3 +190,80 @@ def test_run_cost_benchmark_prints_each_run_and_the_cpu_ratio(tmp_path, ray_addr
     assert re.search(r"^true\s+[\d.]+\s+[\d.]+$", out, re.M), out
     assert re.search(r"^false\s+[\d.]+\s+[\d.]+$", out, re.M), out
     assert re.search(r"^CPU ratio separate/shared: [\d.]+x$", out, re.M), out
+
+
+def _write_eval(folder: Path, name: str, episodes: list[dict], by_database: dict) -> None:
+    """An eval's report and trajectories, as training (`eval/NAME.json[l]`) or `skyrl eval
+    --output` (`NAME/report.json`, `NAME/results.jsonl`) writes them."""
+    report = {
+        "n": len(episodes),
+        "accuracy": sum(by_database.values()) / len(by_database),
+        "by_database": by_database,
+        "breakdown": {"database": {db: {"tasks": 1} for db in by_database}},
+        "split": "transfer-dev" if name in ("warmup", "after") else "transfer-test",
+        "name": name,
+    }
+    lines = "".join(json.dumps(e) + "\n" for e in episodes)
+    if name in ("warmup", "after"):
+        (folder / f"{name}.json").write_text(json.dumps(report))
+        (folder / f"{name}.jsonl").write_text(lines)
+    else:
+        (folder / name).mkdir()
+        (folder / name / "report.json").write_text(json.dumps(report))
+        (folder / name / "results.jsonl").write_text(lines)
+
+
+def test_learning_report_groups_databases_by_convention_on_dev_and_the_test_split(tmp_path):
+    """`--report` over two finished `sql_transfer` runs, each with its warm-up and final
+    checkpoints scored on transfer-test too (`--test-split`): a row per split and convention
+    group (seen in train / unseen), then per database of a group of several, with accuracy,
+    RL delta, probe rate and the accuracy with and without probes at both checkpoints."""
+    probe, answer = "<sql>SELECT * FROM t_animal LIMIT 3</sql>", "<solution>SELECT 1</solution>"
+    for seed in (0, 1):
+        ev = tmp_path / "runs" / f"sql-{seed}" / "eval"
+        ev.mkdir(parents=True)
+        warmup = [
+            _episode("sql-bookshop-0000", [answer], True),
+            _episode("sql-weather-0000", [answer], False),
+            _episode("sql-zoo-0000", [answer], False),
+        ]
+        after = [  # zoo: seed 0 probes, seed 1 does not; both wrong
+            _episode("sql-bookshop-0000", [answer], True),
+            _episode("sql-weather-0000", [probe, answer], True),
+            _episode("sql-zoo-0000", [probe, answer] if seed == 0 else [answer], False),
+        ]
+        _write_eval(ev, "warmup", warmup, {"bookshop": 1.0, "weather": 0.0, "zoo": 0.0})
+        _write_eval(ev, "after", after, {"bookshop": 1.0, "weather": 1.0, "zoo": 0.0})
+        for name, right in (
+            ("extra-transfer-test-start", False),
+            ("extra-transfer-test-final", True),
+        ):
+            eps = [
+                _episode("sql-league-0000", [probe, answer], right),
+                _episode("sql-music-0000", [answer], True),
+            ]
+            _write_eval(ev, name, eps, {"league": float(right), "music": 1.0})
+        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+    out = _run(
+        "benchmarks/learning.py",
+        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
+        home=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},  # this checkout's tasks.sql, whatever is installed
+    )
+    for row in (
+        "| transfer-dev | seen | bookshop | 1 | 100.0 | 100.0 | 0.0 ± 0.0 | 0.0 / 0.0"
+        " | - / 100.0 (2) | - / 100.0 (2) |",
+        "| transfer-dev | unseen | weather, zoo | 2 | 0.0 | 50.0 | 50.0 ± 0.0 | 0.0 / 75.0"
+        " | - / 0.0 (4) | 66.7 (3) / 0.0 (1) |",
+        "| transfer-dev | unseen | weather | 1 | 0.0 | 100.0 | 100.0 ± 0.0 | 0.0 / 100.0"
+        " | - / 0.0 (2) | 100.0 (2) / - |",
+        "| transfer-dev | unseen | zoo | 1 | 0.0 | 0.0 | 0.0 ± 0.0 | 0.0 / 50.0"
+        " | - / 0.0 (2) | 0.0 (1) / 0.0 (1) |",
+        "| transfer-test | seen | music | 1 | 100.0 | 100.0 | 0.0 ± 0.0 | 0.0 / 0.0"
+        " | - / 100.0 (2) | - / 100.0 (2) |",
+        "| transfer-test | unseen | league | 1 | 0.0 | 100.0 | 100.0 ± 0.0 | 100.0 / 100.0"
+        " | 0.0 (2) / - | 100.0 (2) / - |",
+    ):
+        assert row in out, (row, out)
+    assert "| zoo | t_ singular tables, type-prefixed columns, pk_/fk_ keys | no | 1 |" in out, out
