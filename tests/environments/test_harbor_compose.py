@@ -12,6 +12,7 @@ Sidecars share the episode's own network namespace, which needs root (and bubble
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -171,6 +172,28 @@ def test_an_unsupported_compose_feature_is_one_sentence_and_the_rest_runs(tmp_pa
         "sets `network_mode`, which is not supported here"
     ), lines
     assert any(ln.startswith("hostnet: not run") for ln in lines), lines
+
+
+@episodes
+def test_a_services_run_and_command_write_nothing_on_the_host(tmp_path, cache):
+    """The sidecar's Dockerfile writes `/start.sh` (its ENTRYPOINT), and RUN steps and its
+    CMD write at the top of the image and in `/etc`, `/root`, `/tmp`, `/usr/local`: none of
+    it reaches this machine's files, and the task still scores 1 (an empty root-owned
+    `/start.sh` once appeared in the host's `/`)."""
+    token = secrets.token_hex(4)
+    paths = ["/start.sh", f"/x-{token}", f"/etc/skyrl-{token}", f"/root/skyrl-{token}",
+             f"/tmp/skyrl-{token}", f"/usr/local/skyrl-{token}"]  # fmt: skip # one list
+    before = {p: os.path.lexists(p) for p in paths}
+    task = make_task(tmp_path / "tasks" / "hostile")
+    writes = "; ".join(f"echo hostile > {p} 2>/dev/null" for p in paths[1:])
+    dockerfile = API_DOCKERFILE.replace("EXPOSE", f"RUN {writes}; true\nEXPOSE")
+    command = f'CMD ["sh", "-c", "{writes}; exec python3 /srv/server.py"]'
+    dockerfile = dockerfile.replace('CMD ["python3", "/srv/server.py"]', command)
+    (task / "environment" / "api" / "Dockerfile").write_text(dockerfile)
+    done = skyrl_eval("oracle", tmp_path / "tasks", cache)
+    assert "hostile: reward 1" in done.stdout, (done.stdout, done.stderr)
+    after = {p: os.path.lexists(p) for p in paths}
+    assert after == before, [p for p in paths if after[p] != before[p]]
 
 
 def test_the_file_is_data_defaults_only_and_host_paths_refused(tmp_path, monkeypatch):

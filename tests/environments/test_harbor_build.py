@@ -1,0 +1,110 @@
+"""A Harbor task's build and episode against this machine: what a Dockerfile's `RUN` and a
+`solution/solve.sh` write at the image's paths (`/x`, `/start.sh`, `/etc`, `/root`, `/tmp`,
+`/usr/local`) is the layer's or the sandbox's, never the host's; a RUN is bounded by a
+memory cgroup, not by an address-space limit (V8, Go and the JVM reserve far more address
+space than they use: `npm install` in a RUN once failed on RLIMIT_AS); over a built root
+file system a RUN runs as root of a user namespace of its own, with the image's `/etc` and
+`/opt` writable in the layer, as `docker build` gives; a failed RUN names the tool's own
+last error line. The root file system is FAKE (`fake_rootfs`)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from environments import harbor
+from environments.sandbox import bwrap_available
+from environments.shell import ShellEnv
+from tasks.harbor import load_harbor_task
+from tests.environments import fake_rootfs
+
+pytestmark = pytest.mark.skipif(not bwrap_available(), reason="Harbor's paths need bubblewrap")
+ROOT = os.geteuid() == 0
+
+
+def hostile_paths(token: str) -> list[str]:
+    """Places a container's root may write, named so no host has them."""
+    return [
+        f"/x-{token}",
+        "/start.sh",
+        f"/etc/skyrl-{token}",
+        f"/root/skyrl-{token}",
+        f"/tmp/skyrl-{token}",
+        f"/usr/local/skyrl-{token}",
+        f"/usr/local/bin/skyrl-{token}",
+    ]
+
+
+def writes(paths: list[str]) -> str:
+    """Shell lines that try to write each path (a failure is fine: read-only is kept too)."""
+    return "".join(f"echo hostile > {p} 2>/dev/null || true\n" for p in paths)
+
+
+def make_task(root: Path, dockerfile: str, solve: str = "", test_sh: str = "") -> Path:
+    (root / "environment").mkdir(parents=True)
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+    (root / "instruction.md").write_text("Do it.")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 20.0\n')
+    (root / "tests").mkdir()
+    test_sh = test_sh or "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"
+    (root / "tests" / "test.sh").write_text(test_sh)
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}")
+    return root
+
+
+def oracle(task_dir: Path) -> tuple[float, dict]:
+    env = ShellEnv(timeout_s=30)
+    try:
+        env.reset(options={"task": load_harbor_task(task_dir)})
+        env.run_oracle()
+        _, reward, _, _, info = env.step("<submit/>")
+        return reward, info
+    finally:
+        env.close()
+
+
+def image_of(task_dir: Path) -> harbor.Image:
+    return harbor.image(task_dir, harbor.BuildOptions.from_kwargs())
+
+
+@pytest.fixture()
+def fake_root(monkeypatch):
+    with fake_rootfs.installed(monkeypatch, fake_rootfs.PROGRAMS + fake_rootfs.USERS) as target:
+        yield target
+
+
+@pytest.fixture()
+def host_base(monkeypatch):
+    """The host's own system as every FROM, with a cache the sandbox uids reach."""
+    top = Path(tempfile.mkdtemp(prefix="skyrl-harbor-build-"))
+    top.chmod(0o755)
+    monkeypatch.setenv(harbor.BASE_ENV, "host")
+    monkeypatch.setenv("SKYRL_HARBOR_CACHE", str(top))
+    harbor._built.cache_clear()
+    yield top
+    harbor._built.cache_clear()
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("base", ["host", "rootfs"])
+def test_run_and_solve_write_nothing_on_the_host(tmp_path, base, request):
+    """A RUN step and the oracle's solve.sh that write at the top of the image, in `/etc`,
+    `/root`, `/tmp` and `/usr/local` leave no file there on this machine, over the host's
+    own system (read-only) and over a built root file system (the layer's); the task still
+    runs (oracle 1)."""
+    request.getfixturevalue("host_base" if base == "host" else "fake_root")
+    token = secrets.token_hex(4)
+    paths = hostile_paths(token)
+    before = {p: os.path.lexists(p) for p in paths}
+    run = "".join(f"RUN echo hostile > {p} || true\n" for p in paths)
+    task = make_task(tmp_path / "t", f"FROM debian:bookworm\nWORKDIR /app\n{run}", writes(paths))
+    reward, info = oracle(task)
+    assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]["output"]
+    after = {p: os.path.lexists(p) for p in paths}
+    assert after == before, [p for p in paths if after[p] != before[p]]
