@@ -391,6 +391,7 @@ class Layout:
             if not path.is_symlink():
                 path.chmod(mode)  # chown cleared set-id bits
         sb.mount_workdir = False
+        sb.address_space = False  # node, Go, the JVM: the memory cgroup bounds the episode
         sb.system_root = Path(base) if self.image.system_root else None
         sb.view = [*layer_view(self.root, base, private), *own_hosts(sb), *kit_view(base)]
         sb.inner_workdir = self.image.workdir
@@ -940,6 +941,7 @@ def _build(
         image.transient = True
         return image
     sandbox.mount_workdir = False
+    sandbox.address_space = False  # `RUN npm install`: V8 reserves more than it uses
     start = plan(task_dir, text, options)
     if start.problem:
         image.problems.append(start.problem)

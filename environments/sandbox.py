@@ -108,7 +108,8 @@ class Limits:
     """RLIMIT_CPU per process."""
     memory_mb: int = 1024
     """Memory of the whole sandbox: a memory cgroup of this size (what it keeps in its tmpfs
-    dirs included) where one can be made, and RLIMIT_AS per process. Without a cgroup, when
+    dirs included) where one can be made, and RLIMIT_AS per process (unless
+    `Sandbox.address_space` is off and the cgroup was made). Without a cgroup, when
     we are root, RLIMIT_AS is memory_mb / RLIMIT_NPROC so the sum still fits (see
     `Sandbox.memory_cgroup`)."""
     processes: int = 256
@@ -674,6 +675,11 @@ class Sandbox:
         self.network = False
         """Under bwrap: share the host's network (an env build reaching a package index).
         Off, a sandbox has no network but its own loopback."""
+        self.address_space = True
+        """Cap each process's address space (RLIMIT_AS) even where the memory cgroup bounds
+        the sandbox (a MemoryError instead of an OOM kill). False: the cgroup alone, where
+        there is one; V8 (node, npm), Go and the JVM reserve gigabytes of address space they
+        never use, and fail under RLIMIT_AS (a Harbor image's `RUN npm install`)."""
         self.share_pids = False
         """In the sandbox's own user namespace (`own_users`): run in the sandbox's PID
         namespace itself, which sees (and may signal) every process its other commands
@@ -783,7 +789,9 @@ class Sandbox:
             cmd += userns.opener(users)
         if pidns is not None:
             cmd += userns.opener(pidns, userns.PIDNS_FD)
-        cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={as_mb * mb}"]
+        cgroup_only = not self.address_space and self.memory_cgroup is not None
+        address_space = "unlimited" if cgroup_only else str(as_mb * mb)
+        cmd += ["prlimit", f"--cpu={lim.cpu_seconds}", f"--as={address_space}"]
         cmd += [f"--nproc={nproc}", f"--fsize={lim.file_size_mb * mb}", "--core=0", "--"]
         if self.uid is not None:
             cmd += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]

@@ -108,3 +108,25 @@ def test_run_and_solve_write_nothing_on_the_host(tmp_path, base, request):
     assert (reward, info["reward_error"]) == (1.0, None), info["verifier"]["output"]
     after = {p: os.path.lexists(p) for p in paths}
     assert after == before, [p for p in paths if after[p] != before[p]]
+
+
+V8_LIKE = "import mmap; m = mmap.mmap(-1, 8 << 30); m[0:1] = b'x'; print('reserved')"
+"""What V8 does at start: reserve gigabytes of address space, touch a page of it."""
+
+
+@pytest.mark.skipif(not ROOT, reason="a memory cgroup is made as root")
+def test_a_run_that_reserves_much_address_space_builds(tmp_path, host_base):
+    """A RUN (and the oracle) that maps 8 GB of address space and uses a page of it, as node
+    does, builds and runs: the memory of a build and of an episode is bounded by their
+    cgroup, not RLIMIT_AS (before: `OSError: [Errno 12] Cannot allocate memory`, a
+    pre-flight problem)."""
+    dockerfile = f'FROM debian:bookworm\nWORKDIR /app\nRUN python3 -c "{V8_LIKE}" > built\n'
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        '[ "$(cat /app/built /app/ran)" = "$(printf \'reserved\\nreserved\')" ] || ok=0\n'
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, f'python3 -c "{V8_LIKE}" > /app/ran\n', test_sh)
+    assert image_of(task).problems == []
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
