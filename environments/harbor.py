@@ -1042,8 +1042,7 @@ def _run_step(
     sandbox.kill_all()
     if result.returncode == 0:
         return None
-    text = result.stderr.strip() or result.stdout.strip()
-    last = text.splitlines()[-1].strip() if text else ""
+    last = _last_error(result.stderr) or _last_error(result.stdout)
     why = (
         f"failed here (exit {result.returncode}): {last}"
         if last
@@ -1057,6 +1056,20 @@ def _run_step(
             else " (a download failed although the build had the network)"
         )
     return why
+
+
+_ERROR_LINE = re.compile(
+    r"^(?:ERROR|Error|error|E:|fatal|FATAL|npm ERR!|[\w.]*(?:Error|Exception)\b)"
+)
+"""A tool's own error line: pip's `ERROR: ...`, apt's `E: ...`, npm's, a Python exception."""
+
+
+def _last_error(text: str) -> str:
+    """The last error line of a tool's output, whole (pip's `ERROR:` line, not the notices
+    it prints after it), else its last line, else ''."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if _ERROR_LINE.match(ln)]
+    return (errors or lines or [""])[-1]
 
 
 def _top_files(root: Path, args: str) -> None:

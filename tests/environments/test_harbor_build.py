@@ -130,3 +130,24 @@ def test_a_run_that_reserves_much_address_space_builds(tmp_path, host_base):
     assert image_of(task).problems == []
     reward, info = oracle(task)
     assert reward == 1.0, info["verifier"]["output"]
+
+
+def test_a_failed_run_names_the_tools_own_error_line(tmp_path, host_base):
+    """pip ends a failure with its `ERROR: ...` line and then a notice; the pre-flight reason
+    is that ERROR line, whole, not the notice nor a generic sentence."""
+    error = (
+        "ERROR: Could not install packages due to an OSError: [Errno 28] "
+        "No space left on device: '/usr/local/lib/python3/site-packages/numpy'"
+    )
+    tool = (
+        "import sys\nprint('Collecting numpy')\n"
+        f"print({error!r}, file=sys.stderr)\nprint('', file=sys.stderr)\n"
+        "print('[notice] A new release of pip is available: 24.0 -> 25.3', file=sys.stderr)\n"
+        "print('[notice] To update, run: pip install --upgrade pip', file=sys.stderr)\n"
+        "sys.exit(1)\n"
+    )
+    dockerfile = "FROM debian:bookworm\nWORKDIR /app\nCOPY pip.py /app/\nRUN python3 pip.py\n"
+    task = make_task(tmp_path / "t", dockerfile)
+    (task / "environment" / "pip.py").write_text(tool)
+    (problem,) = image_of(task).problems
+    assert problem.endswith(f"failed here (exit 1): {error}"), problem
