@@ -62,6 +62,24 @@ def test_the_table_maps_common_base_images(image, release, packages):
     assert set(packages) <= set(base.spec().packages)
 
 
+@pytest.mark.parametrize(
+    ("tag", "release", "note"),
+    [
+        ("3.9-slim", "bullseye", ""),
+        ("3.11", "bookworm", ""),
+        ("3.13-slim", "trixie", ""),
+        ("3.10-slim", "bookworm", "Python 3.11 (Debian bookworm's) for 3.10"),
+        ("3.12-slim", "trixie", "Python 3.13 (Debian trixie's) for 3.12"),
+    ],
+)
+def test_a_python_tag_gets_the_release_whose_python_is_that_version(tag, release, note):
+    """python:3.9 is bullseye's Python, 3.11 bookworm's, 3.13 trixie's, exactly; a version
+    no Debian release has (3.10, 3.12) gets the nearest newer one, and a note that says so."""
+    base = base_for(f"python:{tag}")
+    assert base is not None
+    assert (base.release, base.note) == (release, note)
+
+
 def test_python_images_have_python_and_a_pip_that_installs():
     base = base_for("python:3.11-slim")
     assert base is not None
