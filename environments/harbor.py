@@ -10,8 +10,8 @@ to `/logs/verifier/test-stdout.txt`; `reward.json` is read if present, else `rew
 
 Here there is no container: the Dockerfile is read step by step. `FROM` is a Debian root
 file system that stands in for the base image (`environments.base_images`' table, built by
-`environments.rootfs`; `plan`), the sandboxes' `system_root`; its `/usr/local` belongs to
-the layer. `BuildOptions.network` lets the root file system be built and `RUN` reach the
+`environments.rootfs`; `plan`), the sandboxes' `system_root`; its `/usr/local` and `/opt`
+belong to the layer. `BuildOptions.network` lets the root file system be built and `RUN` reach the
 package registries; `BuildOptions.base="host"` (`$SKYRL_HARBOR_BASE=host`) makes the host's
 own system (read-only) every FROM instead, the fallback only a user asks for. `WORKDIR`,
 `ENV`, `ARG` and `COPY`/`ADD` of files in `environment/` are
@@ -74,7 +74,7 @@ __all__ = [
     "provision",
 ]
 
-BUILD_VERSION = "8"
+BUILD_VERSION = "9"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -104,9 +104,10 @@ _APT_INSTALL = re.compile(r"\bapt(?:-get)?\s+(?:-\S+\s+)*install\s+([^;&|<>()\n]
 BASE_ENV = "SKYRL_HARBOR_BASE"
 """`host`: every task's `FROM` is this machine's own system (the fallback a user asks for);
 unset or `image`: the root file system the table of base images gives."""
-OWNED = ("/usr/local",)
+OWNED = ("/usr/local", "/opt")
 """Over a base image's root file system, these folders are the layer's, bound whole and
-writable during the build (a `RUN pip install` writes there, as in the image)."""
+writable during the build (a `RUN pip install` writes there, a tool unpacks into `/opt`, as
+in the image)."""
 
 
 @dataclass(frozen=True)
@@ -897,13 +898,13 @@ def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Ima
     sandbox.system_root = system
     sandbox.network = options.network
     root = sandbox.workdir / "root"
-    local = system / "usr" / "local"
-    if local.is_dir():
-        shutil.copytree(local, _safe_target(root, "/usr/local"), symlinks=True)
+    for inner in OWNED:  # the image's own, as the layer's (a `RUN pip install`, `/opt/x`)
+        if (system / inner.lstrip("/")).is_dir():
+            shutil.copytree(system / inner.lstrip("/"), _safe_target(root, inner), symlinks=True)
     if not os.path.lexists(system / "etc" / "hosts"):  # a mount point for `own_hosts`
         _safe_target(root, "/etc").mkdir(parents=True, exist_ok=True)
         _safe_target(root, "/etc/hosts").write_text("127.0.0.1\tlocalhost\n")
-    for inner in ("/usr/local", *base.dirs):
+    for inner in (*OWNED, *base.dirs):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
     for inner, target in base.links:
         link = _safe_target(root, inner)

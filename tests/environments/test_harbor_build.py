@@ -132,6 +132,26 @@ def test_a_run_that_reserves_much_address_space_builds(tmp_path, host_base):
     assert reward == 1.0, info["verifier"]["output"]
 
 
+def test_opt_is_writable_at_build_time(tmp_path, fake_root):
+    """Over a built root file system `/opt` is the layer's, as `/usr/local` is: a RUN makes a
+    folder there and the episode sees it; the cached root file system is never written
+    (before: `mkdir: cannot create directory '/opt/tool': Read-only file system`)."""
+    dockerfile = (
+        "FROM debian:bookworm\nWORKDIR /app\n"
+        "RUN mkdir -p /opt/tool && echo built > /opt/tool/version\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        '[ "$(cat /opt/tool/version)" = built ] || ok=0\n'
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    assert image_of(task).problems == []
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
+    assert not (fake_root / "opt" / "tool").exists()
+
+
 def test_a_failed_run_names_the_tools_own_error_line(tmp_path, host_base):
     """pip ends a failure with its `ERROR: ...` line and then a notice; the pre-flight reason
     is that ERROR line, whole, not the notice nor a generic sentence."""
