@@ -41,6 +41,7 @@ the host.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import functools
 import hashlib
 import json
@@ -74,7 +75,7 @@ __all__ = [
     "provision",
 ]
 
-BUILD_VERSION = "9"
+BUILD_VERSION = "10"
 """Part of every image digest: bump when the build's meaning changes."""
 KIT = "/.skyrl-offline"
 """Where the offline kit (shims, uv, wheels) appears inside a sandbox."""
@@ -1007,16 +1008,48 @@ def _build(
         why = _probe_entrypoint(sandbox, root, image)
         if why:
             image.problems.append(f"ENTRYPOINT {json.dumps(image.entrypoint)}: {why}")
+    if image.system_root and (root / "etc").is_dir():
+        _drop_unchanged(root / "etc", Path(image.system_root) / "etc")
     return image
+
+
+def _drop_unchanged(layer: Path, base: Path) -> None:
+    """Remove from the layer's folder what is as the base's (same bytes and mode, the same
+    link, an empty folder the base has): an episode copies those from the base with their
+    owners (a service's config stays its user's), and the layer keeps what RUN changed."""
+    for folder, dirs, files in os.walk(layer, topdown=False):
+        rel = os.path.relpath(folder, layer)
+        for name in [*files, *dirs]:
+            path, original = Path(folder) / name, base / rel / name
+            if path.is_symlink():
+                if original.is_symlink() and os.readlink(path) == os.readlink(original):
+                    path.unlink()
+            elif path.is_dir():
+                if original.is_dir() and not original.is_symlink() and not any(path.iterdir()):
+                    path.rmdir()
+            elif (
+                path.is_file()
+                and original.is_file()
+                and not original.is_symlink()
+                and stat.S_IMODE(path.stat().st_mode) & 0o777
+                == stat.S_IMODE(original.stat().st_mode) & 0o777
+                and filecmp.cmp(path, original, shallow=False)
+            ):
+                path.unlink()
 
 
 def _prepare_run(sandbox: Sandbox, root: Path, image: Image, network: bool = False) -> None:
     for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
     usual_dirs(root)
-    chown_tree(root, sandbox.uid)
     base = image.system_root or "/"
-    sandbox.view = [*layer_view(root, base), *own_hosts(sandbox), *kit_view(base)]
+    # root inside, as `docker build` runs RUN: over a built root file system only, with the
+    # image's /etc in the layer (`useradd`); what RUN leaves unchanged is dropped at the end
+    private = ("/etc",) if image.system_root and sandbox.own_users() else ()
+    for inner in private:
+        _copy_missing(Path(_on(base, inner)), _safe_target(root, inner))
+    chown_tree(root, sandbox.uid)
+    sandbox.view = [*layer_view(root, base, private), *own_hosts(sandbox), *kit_view(base)]
     sandbox.inner_workdir = image.workdir
     sandbox.env = episode_env(image)
     if network:  # a build with the registries: pip and uv reach their indexes, as in Docker

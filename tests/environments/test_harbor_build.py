@@ -152,6 +152,33 @@ def test_opt_is_writable_at_build_time(tmp_path, fake_root):
     assert not (fake_root / "opt" / "tool").exists()
 
 
+@pytest.mark.skipif(not ROOT, reason="root inside needs root")
+def test_run_over_a_built_root_is_root_with_the_images_etc(tmp_path, fake_root):
+    """Over a built root file system a RUN runs as uid 0 (of the sandbox's user namespace,
+    as `docker build` runs as the image's root): `useradd` writes the image's `/etc`, and
+    the episode sees what the build left there. The cached root file system and the host's
+    `/etc` are never written (before: the sandbox's uid, `useradd: cannot open
+    /etc/passwd`)."""
+    dockerfile = (
+        "FROM debian:bookworm\nWORKDIR /app\n"
+        "RUN id -u > /app/build-uid\n"
+        "RUN useradd -M -s /bin/false builder\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        '[ "$(cat /app/build-uid)" = 0 ] || ok=0\n'
+        "grep -q '^builder:' /etc/passwd || ok=0\n"
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    img = image_of(task)
+    assert img.problems == []
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
+    assert "builder" not in (fake_root / "etc" / "passwd").read_text()
+    assert "builder" not in Path("/etc/passwd").read_text()
+
+
 def test_a_failed_run_names_the_tools_own_error_line(tmp_path, host_base):
     """pip ends a failure with its `ERROR: ...` line and then a notice; the pre-flight reason
     is that ERROR line, whole, not the notice nor a generic sentence."""
