@@ -67,10 +67,10 @@ def _project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _train(project: Path, runs: str, ray_address: str, cache: Path):
+def _train(project: Path, runs: str, ray_address: str, cache: Path, *more: str):
     return skyrl(
         "train", "--config", "skyrl.yaml", "--runs-dir", runs, "--ray-address", ray_address,
-        cwd=project, env={"SKYRL_CACHE_DIR": str(cache)},
+        *more, cwd=project, env={"SKYRL_CACHE_DIR": str(cache)},
     )  # fmt: skip
 
 
@@ -98,3 +98,13 @@ def test_the_filter_keeps_tasks_between_0_and_1_and_a_repeat_reads_the_cache(tmp
     assert "pass-rate filter: sampling" not in log2, log2
     assert f"reused from {cached}" in log2, log2
     assert f"pass-rate filter: kept {kept} of 4 train tasks" in log2, log2
+
+    # a resume reads what the run kept (warmup/pass_rate.json), even with the cache gone
+    cached.unlink()
+    again = skyrl("train", "--resume", str(run), "--max-steps", "2", "--ray-address", ray_address,
+                  cwd=project, env={"SKYRL_CACHE_DIR": str(cache)})  # fmt: skip
+    log3 = again.stdout + again.stderr
+    assert "pass-rate filter: sampling" not in log3 and "reused" not in log3, log3
+    assert f"pass-rate filter: kept {kept} of 4 train tasks" in log3, log3
+    rollouts = (run / "rollouts" / "step-000002.jsonl").read_text().splitlines()
+    assert {json.loads(r)["task_id"] for r in rollouts} <= set(record["kept"])
