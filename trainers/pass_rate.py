@@ -19,9 +19,11 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agents.agent_loop import GenerateFn
 from agents.evaluate import evaluate, is_correct
+from agents.sampling import SamplingClient
 from tasks.cache import cache_dir
 from tasks.task import Task
 from trainers.steps import Acting
@@ -72,10 +74,15 @@ def pass_rates(
         for i, t in enumerate(tasks)
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # complete or absent, as checkpoints are
-    tmp.write_text(json.dumps({"samples": samples, "seed": seed, "rates": rates}), "utf-8")
-    tmp.replace(path)
+    _write(path, {"samples": samples, "seed": seed, "rates": rates})
     return key, rates
+
+
+def _write(path: Path, obj: dict[str, Any]) -> None:
+    """JSON, complete or absent (a temp file renamed), as checkpoints are."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=1) + "\n", "utf-8")
+    tmp.replace(path)
 
 
 def keep(tasks: list[Task], rates: dict[str, float]) -> list[Task]:
@@ -94,3 +101,36 @@ def summary(kept: int, rates: dict[str, float], samples: int) -> str:
     if not kept:
         line += f"; none has a rate between, so training on all {len(rates)}"
     return line
+
+
+def filter_train_set(
+    ac: Acting,
+    sampler: SamplingClient,
+    warmup_dir: Path,
+    ckpt: Path | None,
+    note: Callable[[str], None],
+) -> None:
+    """Train only on the tasks the warm-up checkpoint sometimes, but not always, gets right:
+    `ac.train_tasks` becomes those (unless none is), and the run log says how many. A
+    resumed run reads what its first process kept (`warmup_dir/RECORD`); one that stopped
+    before writing it samples again from `step-000000` (`ckpt`; or reads the cache).
+    `sampler` is the policy's sampling client, holding the warm-up checkpoint's weights."""
+    cfg = ac.cfg
+    samples, record = cfg.warmup.pass_rate_samples, warmup_dir / RECORD
+    if record.is_file():
+        rates = json.loads(record.read_text(encoding="utf-8"))["rates"]
+    elif ckpt is not None and ckpt.name == "step-000000":
+        r = cfg.rollout
+        sample = lambda reqs: sampler.generate(reqs, r.temperature, r.top_p).result()  # noqa: E731
+        key, rates = pass_rates(sample, ac, ckpt / "model", samples, cfg.trainer.seed, note)
+        kept_ids = [t.id for t in keep(ac.train_tasks, rates)]
+        _write(record, {"key": key, "samples": samples, "kept": kept_ids, "rates": rates})
+    else:
+        raise ValueError(
+            f"{warmup_dir.parent} filters its train set by pass rate but has no "
+            f"warmup/{RECORD} and no step-000000 checkpoint to sample it from; start a new run"
+        )
+    kept = keep(ac.train_tasks, rates)
+    note(summary(len(kept), rates, samples))
+    if kept:
+        ac.train_tasks = kept

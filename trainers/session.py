@@ -301,34 +301,5 @@ def _warm_up(ses: Session, ckpt: Path | None) -> None:
         if saved.exists():
             ses.summary["eval_warmup"] = json.loads(saved.read_text())
     if cfg.warmup.pass_rate_samples:
-        _filter_by_pass_rate(ses, ckpt)
-
-
-def _filter_by_pass_rate(ses: Session, ckpt: Path | None) -> None:
-    """Train only on the tasks the warm-up checkpoint sometimes, but not always, gets right
-    (trainers/pass_rate.py). A resumed run reads what its first process kept; one that
-    stopped before that was written samples again from step-000000 (or reads the cache)."""
-    ac, run, w = ses.ac, ses.run, ses.ac.cfg.warmup
-    record = run.path / "warmup" / pass_rate.RECORD
-    if record.is_file():
-        rates = json.loads(record.read_text(encoding="utf-8"))["rates"]
-    elif ckpt is not None and ckpt.name == "step-000000":
-        r = ac.cfg.rollout
-        sampler = ses.tr.clients.policy.sampling_client()
-        sample = lambda reqs: sampler.generate(reqs, r.temperature, r.top_p).result()  # noqa: E731
-        seed = ac.cfg.trainer.seed
-        key, rates = pass_rate.pass_rates(
-            sample, ac, ckpt / "model", w.pass_rate_samples, seed, ses.progress.note
-        )
-        kept_ids = [t.id for t in pass_rate.keep(ac.train_tasks, rates)]
-        out = {"key": key, "samples": w.pass_rate_samples, "kept": kept_ids, "rates": rates}
-        record.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    else:
-        raise ValueError(
-            f"{run.path} filters its train set by pass rate but has no {record.name} "
-            "and no step-000000 checkpoint to sample it from; start a new run"
-        )
-    kept = pass_rate.keep(ac.train_tasks, rates)
-    ses.progress.note(pass_rate.summary(len(kept), rates, w.pass_rate_samples))
-    if kept:
-        ac.train_tasks = kept
+        sampler = clients.policy.sampling_client()
+        pass_rate.filter_train_set(ses.ac, sampler, run.path / "warmup", ckpt, ses.progress.note)
