@@ -21,7 +21,8 @@ is malformed: an error observation, reward 0, and the turn is spent.
 
 Rewards: `<solution>` gives 1.0 when its result matches the gold query's result under the
 `grader` (Spider's test-suite rule by default, BIRD's set rule), else 0.0 (a query that fails to run scores 0.0
-too). Exploring and malformed turns give 0.0. Running out of turns without a `<solution>`
+too), plus `schema_link_weight` x `schema_link` (0 by default; docs/sql.md has the formula
+and range). Exploring and malformed turns give 0.0. Running out of turns without a `<solution>`
 truncates the episode with reward `-format_penalty`. Every failure is an observation, never
 an exception.
 """
@@ -69,6 +70,7 @@ __all__ = [
     "MAX_COLUMN_PERMUTATIONS",
     "query_components",
     "component_f1",
+    "schema_link",
     "run_query",
 ]
 
@@ -161,6 +163,20 @@ def component_f1(gold_sql: str, pred_sql: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def schema_link(gold_sql: str, pred_sql: str) -> float:
+    """The schema-linking score of Reasoning-SQL (Pourreza et al. 2025): the Jaccard overlap
+    |G & P| / |G | P| of the tables and columns (unqualified, lower case; `*` names none) the
+    gold query (G) and the answer (P) name. In [0, 1]: 1 when the answer names exactly the
+    gold query's schema items, lowered both by the ones it misses and by extras it adds. An
+    answer sqlglot cannot parse names none (0)."""
+    gold, pred = (
+        {k for k in query_components(q) if k.startswith(("table:", "column:")) and k != "column:*"}
+        for q in (gold_sql, pred_sql)
+    )
+    union = gold | pred
+    return len(gold & pred) / len(union) if union else 0.0
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 24)] + "\n... (output clipped)"
 
@@ -235,6 +251,7 @@ class SQLEnv(gym.Env):
         schema_format: str | None = None,
         sample_rows: int | None = None,
         probe_share: float = 0.0,
+        schema_link_weight: float = 0.0,
         **kwargs: Any,
     ) -> None:
         self.max_turns = text_env.turn_limit(max_turns)
@@ -272,6 +289,9 @@ class SQLEnv(gym.Env):
         self.probe_share = text_env.in_range("probe_share", probe_share, 0, 1)
         """Share of warm-up demonstrations (seeded per task id) that first look at the gold
         query's tables with `<sql>SELECT * FROM T LIMIT 3</sql>` (one or two), then answer."""
+        self.schema_link_weight = text_env.in_range("schema_link_weight", schema_link_weight, 0, 1)
+        """Weight of the schema-linking term added to every graded <solution>'s reward:
+        reward = execution reward + weight x `schema_link` (0 = execution match alone)."""
         self.observation_space, self.action_space = text_env.text_spaces(MAX_OBSERVATION_CHARS)
         self._task: Task | None = None
         self._db: Target | None = None
@@ -416,6 +436,8 @@ class SQLEnv(gym.Env):
                 if error is None and self.partial_credit
                 else 0.0
             )
+        if self.schema_link_weight:  # the right tables and columns pay, even when it fails to run
+            reward += self.schema_link_weight * schema_link(gold_sql, query)
         return _clip(observation, self.max_obs_chars), reward, True, False, info
 
     def close(self) -> None:

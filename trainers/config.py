@@ -269,6 +269,26 @@ class WarmupConfig(_Section):
     """Tasks per warm-up step."""
     lr: float = Field(5e-5, gt=0)
     """Learning rate of the warm-up (its own AdamW; the RL optimizer starts fresh after it)."""
+    pass_rate_samples: int = Field(0, ge=0)
+    """Pass-rate-filtered train set (0 = off): after the warm-up, sample this many answers
+    (G, at `rollout.temperature`) per train task with the warm-up checkpoint and train only
+    on the tasks whose pass rate is strictly between 0 and 1, where a group has something
+    to compare. The rates are cached per checkpoint content, task ids, G and seed (under the
+    cache dir), so a resumed or repeated run does not sample again. At least 2."""
+
+    @model_validator(mode="after")
+    def _filter_needs_a_warm_up(self) -> WarmupConfig:
+        if self.pass_rate_samples == 1:
+            raise ValueError(
+                "warmup.pass_rate_samples=1 gives every task a pass rate of 0 or 1, so it "
+                "keeps none; use 0 (off) or at least 2"
+            )
+        if self.pass_rate_samples and not self.sft_steps:
+            raise ValueError(
+                "warmup.pass_rate_samples filters the train set with the warm-up checkpoint; "
+                "set warmup.sft_steps too, or pass_rate_samples=0"
+            )
+        return self
 
 
 class EvalConfig(_Section):

@@ -36,7 +36,7 @@ from agents.tokenizer import load_tokenizer
 from agents.trajectory import Trajectory
 from environments import registry
 from tasks.task import Task
-from trainers import stopping
+from trainers import pass_rate, stopping
 from trainers.algorithms import AdaptiveKLController, FixedKLController
 from trainers.checkpoint import restore
 from trainers.config import RunConfig
@@ -262,16 +262,18 @@ def prepare(cfg: RunConfig, run: RunDir, resume: bool = False) -> Session:
         summary["eval_before"] = (
             json.loads(before.read_text()) if before.exists() else ses.evaluate("before", 0)
         )
-    _warm_up(ses, resumed=ckpt is not None)
+    _warm_up(ses, ckpt)
     return ses
 
 
-def _warm_up(ses: Session, resumed: bool) -> None:
+def _warm_up(ses: Session, ckpt: Path | None) -> None:
     """The supervised warm-up before step 1, when asked. A checkpoint "step-000000" follows
-    it, so a resumed run never repeats it. The RL optimizer starts fresh after it; with a KL
-    term, the reference becomes the warmed-up policy (saved for resume)."""
+    it, so a resumed run (`ckpt`, the checkpoint it resumed from) never repeats it. The RL
+    optimizer starts fresh after it; with a KL term, the reference becomes the warmed-up
+    policy (saved for resume). Then the pass-rate filter, when asked."""
     cfg, run, tr, clients = ses.ac.cfg, ses.run, ses.tr, ses.tr.clients
     reference_dir = str((run.path / "warmup" / "reference").resolve())
+    resumed = ckpt is not None
     if cfg.warmup.sft_steps and not resumed:
         ac = ses.ac
         warm_up(
@@ -291,10 +293,13 @@ def _warm_up(ses: Session, resumed: bool) -> None:
         clients.policy.save_weights_and_get_sampling_client(tr.version)
         if ses.eval_tasks:
             ses.summary["eval_warmup"] = ses.evaluate("warmup", 0)
-        save_checkpoint(tr, run, 0, ses.tracker.run_id)
+        ckpt = save_checkpoint(tr, run, 0, ses.tracker.run_id)
     elif cfg.warmup.sft_steps:
         if clients.reference is not None:
             clients.reference.load_path(reference_dir, 0).result()
         saved = run.path / "eval" / "warmup.json"
         if saved.exists():
             ses.summary["eval_warmup"] = json.loads(saved.read_text())
+    if cfg.warmup.pass_rate_samples:
+        sampler = clients.policy.sampling_client()
+        pass_rate.filter_train_set(ses.ac, sampler, run.path / "warmup", ckpt, ses.progress.note)
