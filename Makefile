@@ -33,14 +33,12 @@ typecheck: setup
 	$(BIN)/mypy
 	$(BIN)/mypy examples
 
-# Three workers, a test file each at a time (module fixtures stay shared): most tests wait on
-# subprocesses, sandboxes, package downloads and Ray, so with two the cores sat idle part of
-# the time (vmstat: 60% idle at times); three finished the suite in 1160 s where two took
-# 1420 s (docs/benchmarks.md, "Test suite time").
+# Two workers, a test file each at a time (module fixtures stay shared): most tests wait on
+# subprocesses, sandboxes and Ray, so two files at once use the 2 cores better than one.
 # Files go out in collection order, the longest first (LONGEST_FIRST in tests/conftest.py).
 # The slowest tests are listed at the end of the log (CI time: docs/benchmarks.md).
 pytest: setup
-	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=30
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
 # Lint and the type check (about a minute of one core, cold) run beside the tests, not
 # before them: the suite's wall time is the whole command's.
