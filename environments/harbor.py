@@ -711,6 +711,7 @@ def _copy_step(
             )
         return _copy_from_stage(sources, dest, dest_inner, root, system)
     ctx = context.resolve()
+    named = f"{ctx.name}/"  # environment/, or the folder the compose file builds main in
     matched: list[tuple[str, Path]] = []
     for source in sources:
         if re.match(r"^[a-z]+://", source):
@@ -722,14 +723,14 @@ def _copy_step(
         # Docker's wildcards (Go's filepath.Match): each match is a source of its own
         hits = sorted(ctx.glob(pattern)) if pattern not in ("", ".") else []
         if not hits:
-            return f"{source} matches no file in environment/"
+            return f"{source} matches no file in {named}"
         matched += [(source, hit) for hit in hits]
     for source, path in matched:
         found = path.resolve()
         if not found.is_relative_to(ctx):
-            return f"{source} is outside environment/ (the build context)"
+            return f"{source} is outside {named} (the build context)"
         if not found.exists():
-            return f"{source} is not in environment/"
+            return f"{source} is not in {named}"
         into_dir = dest.endswith("/") or len(matched) > 1 or found.is_dir()
         target_inner = (
             posixpath.join(dest_inner, found.name) if into_dir and found.is_file() else dest_inner
@@ -807,7 +808,9 @@ def _check_context(context: Path) -> str | None:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_size
     return (
-        f"environment/ is over {MAX_CONTEXT_BYTES >> 20} MB" if total > MAX_CONTEXT_BYTES else None
+        f"{context.name}/ (the build context) is over {MAX_CONTEXT_BYTES >> 20} MB"
+        if total > MAX_CONTEXT_BYTES
+        else None
     )
 
 
@@ -928,13 +931,15 @@ def _build(
     digest: str,
     sandbox: Sandbox,
     options: BuildOptions | None = None,
-    service: Path | None = None,
+    context: Path | None = None,
+    service: bool = False,
 ) -> Image:
     """Build into sandbox.workdir/root (the caller caches it and closes the sandbox);
-    `service`: the build context of a compose service instead of `environment/`."""
+    `context`: the build context instead of `environment/` (the compose file's), `service`
+    when it is a compose service's (its ENTRYPOINT is not probed)."""
     options = options or BuildOptions()
     image = Image(digest=digest)
-    context = service or task_dir / "environment"
+    context = context or task_dir / "environment"
     variables: dict[str, str] = {}
     root = sandbox.workdir / "root"
     root.mkdir()
@@ -1004,7 +1009,7 @@ def _build(
             "SHELL",
         ):
             image.problems.append(f"{step}: {word} is not supported")
-    if image.entrypoint and service is None:  # a service's is its server: its healthcheck says
+    if image.entrypoint and not service:  # a service's is its server: its healthcheck says
         why = _probe_entrypoint(sandbox, root, image)
         if why:
             image.problems.append(f"ENTRYPOINT {json.dumps(image.entrypoint)}: {why}")
@@ -1157,16 +1162,28 @@ def _culprit(text: str) -> str:
 
 @functools.cache
 def _built(
-    task_dir: str, digest: str, options: BuildOptions = BuildOptions(), service: str = ""
+    task_dir: str,
+    digest: str,
+    options: BuildOptions = BuildOptions(),
+    context: str = "",
+    dockerfile: str = "",
+    service: bool = False,
 ) -> Image:
-    return _load_or_build(Path(task_dir), digest, options, Path(service) if service else None)
+    """The image of the task's Dockerfile (or `dockerfile`), built in `context` (default
+    environment/; a compose service's when `service`), loaded from the cache or built."""
+    where = Path(context) if context else None
+    return _load_or_build(
+        Path(task_dir), digest, options, where, Path(dockerfile) if dockerfile else None, service
+    )
 
 
 def _load_or_build(
     task_dir: Path,
     digest: str,
     options: BuildOptions = BuildOptions(),
-    service: Path | None = None,
+    context: Path | None = None,
+    dockerfile: Path | None = None,
+    service: bool = False,
 ) -> Image:
     folder = cache_root() / "images" / digest
     meta = folder / "image.json"
@@ -1176,10 +1193,15 @@ def _load_or_build(
         if NO_BWRAP not in data.get("problems", []) and (not system or os.path.isdir(system)):
             return Image(**{**data, "layer": str(folder / "layer")})
         shutil.rmtree(folder, ignore_errors=True)  # built before bwrap, or its base is gone
-    text = dockerfile_of(task_dir) if service is None else _service_dockerfile(service)
+    if dockerfile is not None:
+        text = _read_dockerfile(dockerfile)
+    elif service and context is not None:
+        text = _service_dockerfile(context)
+    else:
+        text = dockerfile_of(task_dir)
     sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
     try:
-        image = _build(task_dir, text, digest, sandbox, options, service)
+        image = _build(task_dir, text, digest, sandbox, options, context, service)
         if image.transient:  # about this host's state, not the task: never cached
             return image
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -1203,15 +1225,16 @@ def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
     `problems` lists what could not be honoured. `options`: default `BuildOptions.from_kwargs()`."""
     options = options or BuildOptions.from_kwargs()
     task_dir = Path(task_dir).resolve()
-    text = dockerfile_of(task_dir)
+    context, dockerfile = main_build(task_dir)
+    text = dockerfile_of(task_dir) if dockerfile is None else _read_dockerfile(dockerfile)
     test_sh = task_dir / "tests" / "test.sh"
     verifier = test_sh.read_text(errors="replace") if test_sh.is_file() else ""
     start = plan(task_dir, text, options)
     uses_uv = start.base is not None and any(p.endswith("/uv") for p, _ in start.base.scripts)
     extra = provision(verifier + ("\nuv\n" if uses_uv else ""))  # the uv image's uv: the kit's
-    salt = f"{_context_digest(task_dir / 'environment', text)}\0{start.key()}\0{options.network}"
+    salt = f"{_context_digest(context, text)}\0{start.key()}\0{options.network}"
     digest = hashlib.sha256(salt.encode()).hexdigest()[:32]
-    built = _built(str(task_dir), digest, options)  # RUN uses the kit's shims
+    built = _built(str(task_dir), digest, options, str(context), str(dockerfile or ""))
     from environments import harbor_compose  # it builds its services with this module
 
     extra += harbor_compose.preflight(task_dir, options)
@@ -1220,11 +1243,29 @@ def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
     return built
 
 
-def _service_dockerfile(context: Path) -> str:
-    path = context / "Dockerfile"
+def main_build(task_dir: Path) -> tuple[Path, Path | None]:
+    """The context and Dockerfile that the task's compose file builds `main` from (default:
+    environment/ and the task's Dockerfile, None); a compose file that cannot be read here
+    changes nothing (its pre-flight sentence says why)."""
+    from environments import harbor_compose
+
+    try:
+        compose = harbor_compose.read(task_dir)
+    except harbor_compose.ComposeError:
+        compose = None
+    if compose is None or compose.main.context is None:
+        return task_dir / "environment", None
+    return compose.main.context, compose.main.dockerfile
+
+
+def _read_dockerfile(path: Path) -> str:
     if not path.is_file() or path.is_symlink():
         return "FROM scratch\n"  # no root file system stands for it: a pre-flight problem
     return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _service_dockerfile(context: Path) -> str:
+    return _read_dockerfile(context / "Dockerfile")
 
 
 def service_image(task_dir: Path, context: Path, options: BuildOptions | None = None) -> Image:
@@ -1237,7 +1278,7 @@ def service_image(task_dir: Path, context: Path, options: BuildOptions | None = 
     start = plan(task_dir, text, options)
     salt = f"service\0{_context_digest(context, text)}\0{start.key()}\0{options.network}"
     digest = hashlib.sha256(salt.encode()).hexdigest()[:32]
-    return _built(str(task_dir), digest, options, str(context))
+    return _built(str(task_dir), digest, options, str(context), service=True)
 
 
 def preflight_line(task_id: str, img: Image) -> str | None:
