@@ -299,6 +299,16 @@ def test_main_built_from_the_task_folder_is_read_with_harbors_variables(tmp_path
     args = MAIN_BUILD.replace("      dockerfile:", "      args: {A: 1}\n      dockerfile:")
     with pytest.raises(harbor_compose.ComposeError, match="builds with \\['args'\\]"):
         harbor_compose.read(make_main_build_task(tmp_path / "a", args))
+    runs = MAIN_BUILD.replace('"sleep infinity"', '"python3 -m http.server"')
+    with pytest.raises(harbor_compose.ComposeError, match="main runs only the agent's"):
+        harbor_compose.read(make_main_build_task(tmp_path / "c", runs))
+    replicas = MAIN_BUILD.replace("      resources:", "      replicas: 2\n      resources:")
+    with pytest.raises(harbor_compose.ComposeError, match="only `deploy: resources`"):
+        harbor_compose.read(make_main_build_task(tmp_path / "d", replicas))
+    prebuilt = MAIN_BUILD.replace("    image: ${MAIN_IMAGE_NAME}", "    image: ubuntu:24.04")
+    prebuilt = prebuilt.split("    build:")[0] + "    image:" + prebuilt.split("    image:")[1]
+    with pytest.raises(harbor_compose.ComposeError, match="prebuilt image 'ubuntu:24.04'"):
+        harbor_compose.read(make_main_build_task(tmp_path / "p", prebuilt))
 
 
 @episodes
