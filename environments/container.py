@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from environments import harbor
 from environments.sandbox import Limits, Result
 
 __all__ = ["RUNTIMES", "Container", "runtime_problem"]
@@ -54,8 +55,10 @@ class Container:
         self.runtime, self.limits = runtime, limits
         self.workdir = Path(tempfile.mkdtemp(prefix="skyrl-container-"))
         tag = f"skyrl-harbor-{task_dir.name.lower()}:{secrets.token_hex(4)}"
+        context, dockerfile = harbor.main_build(task_dir)  # the compose file's, if it builds main
+        named = ["-f", str(dockerfile)] if dockerfile else []
         built = subprocess.run(
-            [runtime, "build", "-q", "-t", tag, str(task_dir / "environment")],
+            [runtime, "build", "-q", "-t", tag, *named, str(context)],
             capture_output=True, text=True, timeout=3600,
         )  # fmt: skip # arguments grouped by meaning, as a reader scans them
         if built.returncode != 0:

@@ -21,6 +21,15 @@ first service that mounts it read-write, and its folders are open to the others.
 `environment:` and volumes go to the agent's shell and the verifier. The services end with
 the episode (`Sidecars.close`).
 
+`main` may be built by the file too, as real Harbor tasks do (`build: {context:
+${CONTEXT_DIR}/.., dockerfile: ${CONTEXT_DIR}/Dockerfile}`, the task folder as the context so
+that `COPY app/ /app/` finds the task's `app/`): its context and Dockerfile are honoured when
+they lie in the task folder. Harbor's own compose variables (`${CONTEXT_DIR}`,
+`${MAIN_IMAGE_NAME}`, its log folders, `${CPUS}`, `${MEMORY}`) are what Harbor sets; its
+log-folder mounts are the episode's own `/logs/verifier` and `/logs/agent`; `deploy:` resource
+limits are left to skyrl's sandbox limits; main's `command:` may only idle (`sleep infinity`,
+Harbor's own), as here main runs nothing but the agent's and verifier's commands.
+
 A compose feature not handled here (host networking, a prebuilt image, a bind mount of a
 host path, privileges...) is one pre-flight sentence (`preflight`); the task is not run.
 Sidecars need the episode's own network namespace, so skyrl must run as root.
@@ -37,6 +46,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,16 +65,24 @@ TOP_KEYS = {"services", "volumes", "networks", "version", "name"}
 SERVICE_KEYS = {
     "build", "image", "environment", "volumes", "healthcheck", "depends_on", "command", "entrypoint",
     "restart", "networks", "expose", "ports", "working_dir", "init", "tty", "stdin_open",
-    "stop_grace_period", "container_name", "hostname",
+    "stop_grace_period", "container_name", "hostname", "deploy",
 }  # fmt: skip # a set
 """What a service may set here. `image` (with `build:`, the name of what is built), `networks` (all services share one
 loopback), `expose`,
-`ports` (nothing here is reached from the host), `restart`, `init`, `tty` and the rest are
-read and have nothing to do here."""
-MAIN_KEYS = {"environment", "volumes", "depends_on", "networks", "expose", "ports", "restart"}
+`ports` (nothing here is reached from the host), `restart`, `init`, `tty`, `deploy: resources`
+(skyrl's sandbox limits apply) and the rest are read and have nothing to do here."""
+MAIN_KEYS = {
+    "environment", "volumes", "depends_on", "networks", "expose", "ports", "restart", "build",
+    "image", "command", "deploy",
+}  # fmt: skip # a set
+"""What `main` may set: its `build:` (context and Dockerfile in the task folder), `image` (the
+name of what is built), `command` (idling only) and `deploy:` (resources only) besides the rest."""
+HARBOR_LOGS = ("/logs/verifier", "/logs/agent")
+"""Harbor's log folders, which its compose variables mount in `main`; an episode has its own."""
 MAX_CHECK_S = 600.0
 """The longest a service's healthcheck is waited for, whatever its interval and retries."""
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_]\w*)")
+_LOG_MOUNTS = {f"{path}:{path}" for path in HARBOR_LOGS}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 """A service name, as Compose allows it (and as /etc/hosts holds it)."""
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(us|ms|s|m|h)")
@@ -80,7 +98,10 @@ class Service:
 
     name: str
     context: Path | None = None
-    """The build context (a folder of `environment/`); None for `main`."""
+    """The build context (a folder of the task); None for a `main` without `build:` (built
+    from environment/)."""
+    dockerfile: Path | None = None
+    """The Dockerfile it is built from (None: the context's `Dockerfile`)."""
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[tuple[str, str, bool]] = field(default_factory=list)
     """(volume, path inside, read-only) of each named volume it mounts."""
@@ -133,6 +154,49 @@ def _substitute(value: Any, where: str) -> str:
     return _VAR.sub(sub, str(value))
 
 
+def harbor_variables(task_dir: Path) -> dict[str, str]:
+    """The compose variables Harbor sets for a task (its `DockerEnvironmentEnvVars`): the
+    folders as this episode has them (a host log folder is the episode's own), the image's
+    name, and the task.toml's resources (only `deploy:` reads them, and it is left alone)."""
+    env: dict[str, Any] = {}
+    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+        found = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+        if isinstance(found.get("environment"), dict):
+            env = found["environment"]
+    verifier, agent = HARBOR_LOGS
+    return {
+        "CONTEXT_DIR": str((task_dir / "environment").resolve()),
+        "MAIN_IMAGE_NAME": f"hb__{task_dir.resolve().name.lower()}",
+        "HOST_VERIFIER_LOGS_PATH": verifier,
+        "ENV_VERIFIER_LOGS_PATH": verifier,
+        "HOST_AGENT_LOGS_PATH": agent,
+        "ENV_AGENT_LOGS_PATH": agent,
+        "CPUS": str(env.get("cpus", 1)),
+        "MEMORY": f"{env['memory_mb']}M" if "memory_mb" in env else "1G",
+    }
+
+
+def _harbor(value: Any, variables: dict[str, str]) -> Any:
+    """The file's data with Harbor's variables put in (as `$$`-escaped text, so that
+    `_substitute` reads them back as written); every other `$` left for `_substitute`."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(4)
+        if name not in variables:
+            return m.group(0)
+        if m.group(2) is not None and "+" in m.group(2):
+            return m.group(3)  # `${VAR:+alt}`: VAR is set
+        return variables[name].replace("$", "$$")
+
+    if isinstance(value, str):
+        return _VAR.sub(sub, value)
+    if isinstance(value, list):
+        return [_harbor(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: _harbor(v, variables) for k, v in value.items()}
+    return value
+
+
 def _duration(value: Any, where: str) -> float:
     if isinstance(value, (int, float)):
         return float(value)
@@ -164,9 +228,13 @@ def _environment(value: Any, where: str) -> dict[str, str]:
     return {str(k): _substitute(v, f"{where} {k}") for k, v in value.items()}
 
 
-def _mounts(value: Any, where: str, volumes: dict[str, Any]) -> list[tuple[str, str, bool]]:
+def _mounts(
+    value: Any, where: str, volumes: dict[str, Any], main: bool = False
+) -> list[tuple[str, str, bool]]:
     mounts = []
     for item in value or []:
+        if main and isinstance(item, str) and _substitute(item, where) in _LOG_MOUNTS:
+            continue  # Harbor's log folder: the episode's own /logs/verifier or /logs/agent
         if isinstance(item, dict):
             if item.get("type", "volume") != "volume":
                 raise ComposeError(
@@ -242,7 +310,15 @@ def _service(
                 + (" (main is the task's Dockerfile)" if name == "main" else "")
             )
     service = Service(name)
-    if name != "main":
+    deploy = spec.get("deploy")
+    if deploy is not None and (not isinstance(deploy, dict) or set(deploy) - {"resources"}):
+        raise ComposeError(
+            f"{where} deploys with {sorted(map(str, deploy)) if isinstance(deploy, dict) else deploy!r}, "
+            "and only `deploy: resources` (left to skyrl's own sandbox limits) is supported here"
+        )
+    if name == "main":
+        _main_build(service, spec, task_dir, where)
+    else:
         build = spec.get("build")
         if build is None:
             raise ComposeError(
@@ -272,9 +348,55 @@ def _service(
             service.workdir = _substitute(spec["working_dir"], where)
         _healthcheck(service, spec.get("healthcheck"), f"{where} healthcheck")
     service.env = _environment(spec.get("environment"), f"{where} environment")
-    service.mounts = _mounts(spec.get("volumes"), f"{where} volumes", volumes)
+    service.mounts = _mounts(spec.get("volumes"), f"{where} volumes", volumes, name == "main")
     _depends(service, spec.get("depends_on"), f"{where} depends_on", names)
     return service
+
+
+def _main_build(service: Service, spec: dict, task_dir: Path, where: str) -> None:
+    """`main`'s `build:` (a context and Dockerfile of the task folder, paths as Compose reads
+    them: from environment/, the Dockerfile from the context), `image` and `command`."""
+    build = spec.get("build")
+    if build is None and "image" in spec:
+        raise ComposeError(
+            f"{where} runs the prebuilt image {spec['image']!r}, which is not supported here "
+            "(main is built from the task's Dockerfile)"
+        )
+    if build is not None:
+        build = {"context": build} if isinstance(build, str) else build
+        extra = (
+            set(map(str, build)) - {"context", "dockerfile"} if isinstance(build, dict) else {"?"}
+        )
+        if extra:
+            raise ComposeError(
+                f"{where} builds with {sorted(extra)}, which is not supported here (a context "
+                "folder and a Dockerfile are)"
+            )
+        top = task_dir.resolve()
+        context = (top / "environment" / _substitute(build.get("context", "."), where)).resolve()
+        if not context.is_relative_to(top) or not context.is_dir():
+            raise ComposeError(
+                f"{where} builds from {build.get('context')!r}, which is outside the task folder "
+                "or no folder of it (a build context must lie in the task folder)"
+            )
+        named = build.get("dockerfile", "Dockerfile")
+        dockerfile = context / _substitute(named, where)  # an absolute path is taken as it is
+        if (
+            dockerfile.is_symlink()
+            or not dockerfile.resolve().is_relative_to(top)
+            or not dockerfile.is_file()
+        ):
+            raise ComposeError(
+                f"{where} builds with the Dockerfile {named!r}, which is no file of the task folder"
+            )
+        service.context, service.dockerfile = context, dockerfile.resolve()
+    if "command" in spec:
+        argv = _argv(spec["command"], f"{where} command")
+        if not re.search(r"\bsleep\s+infinity\b", " ".join(argv)):
+            raise ComposeError(
+                f"{where} runs {' '.join(argv)[:200]!r}, and here main runs only the agent's and "
+                "the verifier's commands (idling, Harbor's `sleep infinity`, is all it may run)"
+            )
 
 
 def compose_file(task_dir: Path) -> Path | None:
@@ -300,6 +422,7 @@ def read(task_dir: Path) -> Compose | None:
     for key in data:
         if key not in TOP_KEYS and not str(key).startswith("x-"):
             raise ComposeError(f"environment/{path.name} sets `{key}`, which is not supported here")
+    data = _harbor(data, harbor_variables(task_dir))
     specs = data.get("services") or {}
     volumes = data.get("volumes") or {}
     for name, spec in volumes.items() if isinstance(volumes, dict) else []:

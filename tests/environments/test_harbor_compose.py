@@ -238,3 +238,86 @@ def test_a_run_heredoc_is_one_step_with_its_lines():
     assert steps[1][1] == (
         "python3 - <<'EOF'\nfrom pathlib import Path\nif True:\n    Path('/k').write_text('x')\nEOF"
     )
+
+
+MAIN_BUILD = """services:
+  main:
+    build:
+      context: ${CONTEXT_DIR}/..
+      dockerfile: ${CONTEXT_DIR}/Dockerfile
+    image: ${MAIN_IMAGE_NAME}
+    command: [ "sh", "-c", "sleep infinity" ]
+    environment:
+      - TEST_DIR=${TEST_DIR}
+    volumes:
+      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}
+      - ${HOST_AGENT_LOGS_PATH}:${ENV_AGENT_LOGS_PATH}
+    deploy:
+      resources:
+        limits:
+          cpus: ${CPUS}
+          memory: ${MEMORY}
+"""
+"""As real Harbor tasks write it (perice-pope/expert-contributor-ai): `main` built with the
+task folder as its context, so that its Dockerfile's `COPY app/ /app/` finds the task's
+`app/`; Harbor's own variables, its log folders mounted, resource limits under `deploy:`."""
+
+
+def make_main_build_task(root: Path, compose: str = MAIN_BUILD) -> Path:
+    env = root / "environment"
+    env.mkdir(parents=True)
+    (env / "Dockerfile").write_text("FROM python:3.12-slim\nWORKDIR /app\nCOPY app/ /app/\n")
+    (env / "docker-compose.yaml").write_text(compose)
+    (root / "app").mkdir()
+    (root / "app" / "secret.txt").write_text("copied-from-the-task-folder\n")
+    (root / "instruction.md").write_text("Copy /app/secret.txt to /app/answer.txt.")
+    (root / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 30.0\n')
+    (root / "tests").mkdir()
+    (root / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nok=0\n[ -s /app/secret.txt ] && cmp -s /app/secret.txt /app/answer.txt"
+        " && ok=1\necho $ok > /logs/verifier/reward.txt\n"
+    )
+    (root / "solution").mkdir()
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\ncp /app/secret.txt /app/answer.txt\n")
+    return root
+
+
+def test_main_built_from_the_task_folder_is_read_with_harbors_variables(tmp_path):
+    """`${CONTEXT_DIR}` is the task's environment/ (the build context its parent, the task
+    folder; the Dockerfile by its path), Harbor's log mounts and `deploy:` limits are Harbor's
+    own and left to the episode (before: `main sets build`, refused); a context that leaves
+    the task folder is one sentence."""
+    task = make_main_build_task(tmp_path / "t")
+    compose = harbor_compose.read(task)
+    assert compose is not None and compose.sidecars == [] and compose.main.mounts == []
+    assert compose.main.context == task.resolve()
+    assert compose.main.dockerfile == (task / "environment" / "Dockerfile").resolve()
+    out = MAIN_BUILD.replace("${CONTEXT_DIR}/..", "${CONTEXT_DIR}/../..")
+    with pytest.raises(harbor_compose.ComposeError, match="outside the task folder") as e:
+        harbor_compose.read(make_main_build_task(tmp_path / "o", out))
+    assert str(e.value).count(".") >= 1 and "\n" not in str(e.value)
+    args = MAIN_BUILD.replace("      dockerfile:", "      args: {A: 1}\n      dockerfile:")
+    with pytest.raises(harbor_compose.ComposeError, match="builds with \\['args'\\]"):
+        harbor_compose.read(make_main_build_task(tmp_path / "a", args))
+    runs = MAIN_BUILD.replace('"sleep infinity"', '"python3 -m http.server"')
+    with pytest.raises(harbor_compose.ComposeError, match="main runs only the agent's"):
+        harbor_compose.read(make_main_build_task(tmp_path / "c", runs))
+    replicas = MAIN_BUILD.replace("      resources:", "      replicas: 2\n      resources:")
+    with pytest.raises(harbor_compose.ComposeError, match="only `deploy: resources`"):
+        harbor_compose.read(make_main_build_task(tmp_path / "d", replicas))
+    prebuilt = MAIN_BUILD.replace("    image: ${MAIN_IMAGE_NAME}", "    image: ubuntu:24.04")
+    prebuilt = prebuilt.split("    build:")[0] + "    image:" + prebuilt.split("    image:")[1]
+    with pytest.raises(harbor_compose.ComposeError, match="prebuilt image 'ubuntu:24.04'"):
+        harbor_compose.read(make_main_build_task(tmp_path / "p", prebuilt))
+
+
+@episodes
+def test_main_built_from_the_task_folder_copies_its_app(tmp_path, cache):
+    """The Dockerfile's `COPY app/ /app/` reads the task folder's `app/` (the context
+    `${CONTEXT_DIR}/..`): the oracle copies the file to the answer, 1; noop, 0 (before: not
+    run, `main sets build`, a pre-flight sentence)."""
+    make_main_build_task(tmp_path / "tasks" / "mainbuild")
+    done = skyrl_eval("oracle", tmp_path / "tasks", cache)
+    assert "mainbuild: reward 1" in done.stdout, (done.stdout, done.stderr)
+    done = skyrl_eval("noop", tmp_path / "tasks", cache)
+    assert "mainbuild: reward 0" in done.stdout, (done.stdout, done.stderr)
