@@ -122,6 +122,21 @@ THREADS_ENV = "SKYRL_THREADS"
 test suite sets 1): `trainer.threads`, `skyrl serve --threads`."""
 
 
+OMP_WAIT = "OMP_WAIT_POLICY"
+"""How torch's OpenMP threads wait for work. Unset, libgomp spins a thread on its core between
+parallel regions; in a sampling loop (a few small ops, then Python) that spin holds a core
+the whole time, which on a small machine is the core the run's other process (driver or
+worker) waits for. `sleeping_threads` makes PASSIVE the default: idle threads sleep.
+`benchmarks/grpo_step.py --only ours` on 2 cores, loaded: 81 -> 62 CPU-s and 51.6 -> 45.2 s
+(docs/benchmarks.md)."""
+
+
+def sleeping_threads() -> dict[str, str]:
+    """OMP_WAIT_POLICY as a process should start torch with: the user's own value, else
+    PASSIVE. Read once, when torch loads its OpenMP: set it before `import torch`."""
+    return {OMP_WAIT: os.environ.get(OMP_WAIT, "PASSIVE")}
+
+
 def torch_threads(threads: int) -> int:
     """A threads setting as a count of torch threads: itself, or for 0 `$SKYRL_THREADS` when
     it is a whole number above 0, else every core."""

@@ -329,10 +329,11 @@ def run_trl(model_path: str, a: argparse.Namespace) -> Result:
     return Result("trl", timer.times[1:], P * G, statistics.mean(timer.lens[1:]))
 
 
-def run_trl_in_venv(a: argparse.Namespace, python: str) -> Result | None:
+def run_trl_in_venv(a: argparse.Namespace, python: str, env: dict[str, str]) -> Result | None:
     """TRL's side in a process of its own (`python`: this interpreter, or .venv-trl-vllm's for
     `--engine vllm`), so nothing our side set in this process (threads aside, which are passed
-    on) reaches it; None (after printing why) if it fails."""
+    on) reaches it, `env` the environment the benchmark started with; None (after printing
+    why) if it fails."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "trl.json")
         argv, skip = [], False
@@ -344,7 +345,7 @@ def run_trl_in_venv(a: argparse.Namespace, python: str) -> Result | None:
         print(f"TRL side: {' '.join(cmd)}", flush=True)
         tail: list[str] = []
         with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
         ) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -407,6 +408,13 @@ def main() -> None:
             "build it as DEVELOPERS.md says, or pass --only ours"
         )
 
+    # TRL as its users run it, with this shell's environment; ours and the floor as `skyrl`
+    # runs: OpenMP's wait policy set before torch loads (agents/engines.py: OMP_WAIT)
+    trl_env = dict(os.environ)
+    from agents.engines import sleeping_threads
+
+    if a.only != "trl":
+        os.environ.update(sleeping_threads())
     import torch
 
     from agents.models import resolve_model
@@ -417,7 +425,8 @@ def main() -> None:
     print(f"command: python {' '.join(sys.argv)}")
     print(
         f"env: torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"cpus {os.cpu_count()}, cuda {torch.cuda.is_available()}"
+        f"cpus {os.cpu_count()}, cuda {torch.cuda.is_available()}, "
+        f"OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     )
     results: list[Result] = []
     if a.only in (None, "ours"):
@@ -426,7 +435,7 @@ def main() -> None:
         results.append(run_floor(path, a))
     trl_failed = False
     if a.only not in ("ours", "floor") and trl_elsewhere:
-        trl_result = run_trl_in_venv(a, trl_python)
+        trl_result = run_trl_in_venv(a, trl_python, trl_env)
         trl_failed = trl_result is None
         if trl_result:
             results.append(trl_result)

@@ -18,7 +18,12 @@ except ImportError:  # pragma: no cover - older Typer runs on Click itself
     from click import Context, Parameter  # type: ignore[assignment]
     from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
 
-from skyrl_cli import envs as envs_cmd
+from agents.engines import sleeping_threads
+
+# before any command imports torch, whose OpenMP reads it once (agents/engines.py: OMP_WAIT)
+os.environ.update(sleeping_threads())
+
+from skyrl_cli import envs as envs_cmd  # noqa: E402 - after the wait policy is set
 from skyrl_cli import eval as eval_cmd
 from skyrl_cli import init as init_cmd
 from skyrl_cli import runs as runs_cmd

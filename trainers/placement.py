@@ -87,8 +87,9 @@ def ray_init_kwargs(address: str | None) -> dict[str, Any]:
 
 
 def worker_env() -> dict[str, str]:
-    """What every worker sets in its environment first, on any cluster: QUIET_ENV, and the
-    threads setting (0 means the same there as here).
+    """What every worker sets in its environment first, on any cluster: QUIET_ENV, OpenMP's
+    wait policy (`engines.sleeping_threads`: the worker imports torch only after this) and
+    the threads setting (0 means the same there as here).
 
     A worker takes it as an argument, not as a Ray `runtime_env`: an actor with a runtime
     environment cannot use the worker processes Ray has already started for the job, and
@@ -96,7 +97,8 @@ def worker_env() -> dict[str, str]:
     every run).
     """
     value = os.environ.get(engine_table.THREADS_ENV)
-    return {**QUIET_ENV, **({engine_table.THREADS_ENV: value} if value is not None else {})}
+    threads = {engine_table.THREADS_ENV: value} if value is not None else {}
+    return {**QUIET_ENV, **engine_table.sleeping_threads(), **threads}
 
 
 def _threads(cfg: RunConfig) -> int:

@@ -35,6 +35,9 @@ def test_grpo_step_benchmark_prints_both_sides_and_the_ratio(tmp_path):
     assert re.search(r"^tiny\s+skyrl\s+[\d.]+\s+8\s+32\.0", out, re.M), out
     assert re.search(r"^tiny\s+trl\s+[\d.]+\s+8\s+32\.0", out, re.M), out
     assert re.search(r"ratio trl/skyrl: [\d.]+x", out), out
+    # ours as `skyrl` runs (idle OpenMP threads sleep), TRL with the caller's environment
+    ours_env, trl_env = re.findall(r"^env: torch .*OMP_WAIT_POLICY (\w+)$", out, re.M)
+    assert (ours_env, trl_env) == ("PASSIVE", "unset"), out
 
 
 def test_env_step_benchmark_prints_a_median_per_environment(tmp_path):

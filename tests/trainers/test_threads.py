@@ -5,11 +5,13 @@ variable keeps every process of every run, Ray workers included, off oversubscri
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from agents.engines import THREADS_ENV, torch_threads
+from agents.engines import OMP_WAIT, THREADS_ENV, torch_threads
 from agents.models import resolve_model
 from trainers.config import build_config
 from trainers.placement import _build, worker_env
@@ -52,3 +54,34 @@ def test_a_worker_backend_uses_it(monkeypatch):
             assert torch.get_num_threads() == int(count)
     finally:
         torch.set_num_threads(before)
+
+
+# -- idle OpenMP threads sleep (OMP_WAIT_POLICY) ---------------------------------------------
+
+
+def _cli_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != OMP_WAIT}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize(("given", "want"), [({}, "PASSIVE"), ({OMP_WAIT: "ACTIVE"}, "ACTIVE")])
+def test_the_cli_lets_idle_openmp_threads_sleep_before_torch_loads(given, want):
+    """torch's OpenMP reads OMP_WAIT_POLICY once, when torch is imported: `skyrl` sets it
+    first thing (a user's own value wins), so idle threads sleep instead of spinning on a
+    core the other process of the run (driver or worker) is waiting for."""
+    code = "import os, sys, skyrl_cli.main; print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_cli_env(given),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == [want, "False"]
+
+
+def test_ray_workers_get_the_wait_policy_before_they_import_torch(monkeypatch):
+    monkeypatch.delenv(OMP_WAIT, raising=False)
+    assert worker_env()[OMP_WAIT] == "PASSIVE"
+    monkeypatch.setenv(OMP_WAIT, "ACTIVE")  # a user's own choice travels as it is
+    assert worker_env()[OMP_WAIT] == "ACTIVE"
