@@ -135,11 +135,31 @@ def restore(
                 for name in skipped:
                     shutil.rmtree(run.checkpoints / name, ignore_errors=True)
                 return ckpt, state
-        note(f"checkpoint {ckpt.name} does not count: {why}; trying an older one")
+        note(_skipped(ckpt, why))
         skipped.append(ckpt.name)
     if skipped:
-        raise CheckpointError(
-            f"run {run.path} has no complete checkpoint ({', '.join(skipped)} are broken); "
-            "move them out of checkpoints/ to start the run over"
-        )
+        raise _none_counts(run, skipped)
     return None, {}
+
+
+def refuse_when_none_counts(run: Any, note: Callable[[str], None]) -> None:
+    """`restore`'s refusal, from the files alone and before any worker starts: when the run
+    has checkpoints and not one is complete on disk, say so now, not after every worker has
+    loaded the model. Where one is, `restore` decides (its weights must still load)."""
+    whys = [(ckpt, problem(ckpt)) for ckpt in reversed(run.checkpoint_dirs())]
+    if not whys or any(why is None for _, why in whys):
+        return
+    for ckpt, why in whys:
+        note(_skipped(ckpt, why))
+    raise _none_counts(run, [ckpt.name for ckpt, _ in whys])
+
+
+def _skipped(ckpt: Path, why: str | None) -> str:
+    return f"checkpoint {ckpt.name} does not count: {why}; trying an older one"
+
+
+def _none_counts(run: Any, skipped: list[str]) -> CheckpointError:
+    return CheckpointError(
+        f"run {run.path} has no complete checkpoint ({', '.join(skipped)} are broken); "
+        "move them out of checkpoints/ to start the run over"
+    )

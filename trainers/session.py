@@ -38,7 +38,7 @@ from environments import registry
 from tasks.task import Task
 from trainers import pass_rate, stopping
 from trainers.algorithms import AdaptiveKLController, FixedKLController
-from trainers.checkpoint import restore
+from trainers.checkpoint import refuse_when_none_counts, restore
 from trainers.config import RunConfig
 from trainers.placement import place
 from trainers.progress import StepProgress, phase
@@ -216,6 +216,8 @@ def prepare(cfg: RunConfig, run: RunDir, resume: bool = False) -> Session:
     progress.note(
         f"run {run.path}  env={cfg.env.name} model={cfg.model.name} tasks={len(train_tasks)}"
     )
+    if resume:
+        refuse_when_none_counts(run, progress.note)  # in seconds, before the workers start
     clients = place(cfg, model_path)
     stop = stopping.install(progress.note)  # again: ray.init replaced the SIGTERM handler
     chat = ChatFormat(load_tokenizer(model_path))

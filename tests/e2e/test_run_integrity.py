@@ -143,6 +143,8 @@ def test_resume_falls_back_past_incomplete_checkpoints_and_says_which(tmp_path, 
         check=False,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    # refused from the files alone, before a worker loads the model for nothing
+    assert "Ray" not in proc.stdout + proc.stderr, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert "has no complete checkpoint (step-000004, step-000003, step-000002, step-000001" in last
     assert _steps(broken) == [1, 2, 3, 4]
