@@ -36,6 +36,7 @@ from environments.harbor_layout import (
     _copy_missing,
     _on,
     _safe_target,
+    copy_tree,
     episode_env,
     kit_view,
     layer_view,
@@ -450,7 +451,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     """Start the ENTRYPOINT with a short command, on a throwaway copy of the layer (what it
     writes is no part of the image): None, or what it said when it failed."""
     probe_root = sandbox.workdir / "probe"
-    shutil.copytree(root, probe_root, symlinks=True)
+    copy_tree(root, probe_root)
     _prepare_run(sandbox, probe_root, image)
     sandbox.network = False
     sandbox.own_network()  # as the episode will have it (root: ports below 1024)

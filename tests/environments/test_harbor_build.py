@@ -198,3 +198,44 @@ def test_a_failed_run_names_the_tools_own_error_line(tmp_path, host_base):
     (task / "environment" / "pip.py").write_text(tool)
     (problem,) = image_of(task).problems
     assert problem.endswith(f"failed here (exit 1): {error}"), problem
+
+
+def test_a_run_that_leaves_a_named_pipe_builds(tmp_path, host_base):
+    """A RUN that leaves a named pipe (GNU make's jobserver FIFO in /tmp) and a socket in the
+    image builds and is cached: the pipe is a pipe in the episode, the socket is left out, as
+    a Docker layer keeps them (before: `shutil.copytree` raised "is a named pipe" and the
+    whole `skyrl eval` ended)."""
+    dockerfile = (
+        "FROM debian:bookworm\nWORKDIR /app\n"
+        "RUN mkfifo /app/pipe /tmp/GMfifo1 && python3 -c "
+        "\"import socket; socket.socket(socket.AF_UNIX).bind('/app/sock')\" && touch /app/built\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        "[ -p /app/pipe ] && [ -e /app/built ] && [ ! -e /app/sock ] || ok=0\n"
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    assert image_of(task).problems == []
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
+
+
+@pytest.mark.parametrize("step", ["_build", "copy_tree"])
+def test_a_build_that_raises_is_its_tasks_pre_flight_sentence(
+    tmp_path, host_base, monkeypatch, step
+):
+    """Whatever one task's build or its caching raises is that task's pre-flight sentence
+    (the other tasks of an eval still run), and no half-copied image is left in the cache
+    (before: the exception ended the whole `skyrl eval`)."""
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(harbor, step, broken, raising=False)
+    task = make_task(tmp_path / "t", "FROM debian:bookworm\nWORKDIR /app\nRUN touch /app/x\n")
+    (problem,) = image_of(task).problems
+    assert problem == (
+        "BUILD: the image could not be built here ([Errno 28] No space left on device)"
+    ), problem
+    assert [p.name for p in (host_base / "images").glob("*")] == []
