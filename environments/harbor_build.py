@@ -400,7 +400,7 @@ def _run_step(
     if form is None:
         _top_files(root, args)
     _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
-    result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
+    result = sandbox.run(command, timeout=BUILD_TIMEOUT_S, tail=True)  # no cap, as docker build
     sandbox.kill_all()
     if result.returncode == 0:
         return None

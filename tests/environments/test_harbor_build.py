@@ -239,3 +239,19 @@ def test_a_build_that_raises_is_its_tasks_pre_flight_sentence(
         "BUILD: the image could not be built here ([Errno 28] No space left on device)"
     ), problem
     assert [p.name for p in (host_base / "images").glob("*")] == []
+
+
+def test_a_run_that_prints_much_builds_and_a_failure_names_its_last_line(tmp_path, host_base):
+    """`docker build` has no output cap: a RUN that prints 200 KB (an autotools build prints
+    more) runs to its end, and one that then fails is named by its last error line (before:
+    killed once past the sandbox's 16 KiB, "failed here (exit None)")."""
+    loud = "yes 'checking for a BSD-compatible install... /usr/bin/install -c' | head -n 3000"
+    dockerfile = f"FROM debian:bookworm\nWORKDIR /app\nRUN {loud} && touch /app/built\n"
+    test_sh = "#!/bin/bash\n[ -e /app/built ] && echo 1 > /logs/verifier/reward.txt\n"
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    assert image_of(task).problems == []
+    assert oracle(task)[0] == 1.0
+    failing = f"RUN ({loud}) >&2 && echo 'error: lwgrp failed' >&2 && exit 3\n"
+    task = make_task(tmp_path / "u", f"FROM debian:bookworm\nWORKDIR /app\n{failing}")
+    (problem,) = image_of(task).problems
+    assert problem.endswith("failed here (exit 3): error: lwgrp failed"), problem
