@@ -255,3 +255,21 @@ def test_a_run_that_prints_much_builds_and_a_failure_names_its_last_line(tmp_pat
     task = make_task(tmp_path / "u", f"FROM debian:bookworm\nWORKDIR /app\n{failing}")
     (problem,) = image_of(task).problems
     assert problem.endswith("failed here (exit 3): error: lwgrp failed"), problem
+
+
+@pytest.mark.skipif(not ROOT, reason="chown to root inside needs root")
+def test_a_verifier_may_chown_and_chmod_its_own_tests(tmp_path, fake_root):
+    """`/tests/test.sh` is an ordinary file, as Harbor uploads it: a verifier that runs
+    `chown -R 0:0 /tests` and chmods its files under `set -Eeuo pipefail` (flux-accounting's)
+    goes on to its tests, and sees itself as `/tests/test.sh` in `$0` and `BASH_SOURCE`
+    (before: "Read-only file system", the verifier ended, reward 0)."""
+    test_sh = (
+        "#!/bin/bash\nset -Eeuo pipefail\n"
+        "chown -R 0:0 /tests\nchmod 0600 /tests/test.sh\n"
+        'here="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"\n'
+        '[ "$0" = /tests/test.sh ] && [ "$here" = /tests ]\n'
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", "FROM debian:bookworm\nWORKDIR /app\n", test_sh=test_sh)
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
