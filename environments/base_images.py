@@ -29,7 +29,8 @@ Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` an
 `public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
 release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
 (`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
-build tools of their buildpack-deps base. Every root file system also holds `BASE_PACKAGES`,
+build tools of their buildpack-deps base; ubuntu images Ubuntu's apt source list and an empty
+`/var/lib/apt/lists` (`_ubuntu_sources`). Every root file system also holds `BASE_PACKAGES`,
 the tools the offline verifier kit needs (`curl` for its shim, `python3` for its uv).
 An image the table does not know (Alpine, a private image) is a one-sentence pre-flight
 reason naming it; `env.kwargs.base=host` runs such a task on this machine's own system.
@@ -76,6 +77,8 @@ class Base:
     scripts: tuple[tuple[str, str], ...] = ()
     """(path, text): small executables the image has (`/usr/local/bin/pip`)."""
     dirs: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+    """(path, text): plain files the image has (Ubuntu's apt source list)."""
     note: str = field(default="", compare=False)
     """How it differs from the real image (a Python version), for the build log."""
 
@@ -96,6 +99,30 @@ UBUNTU_BASE = ("procps",)
 service's user with `pgrep -u` runs it)."""
 TBENCH_TOOLS = ("tmux", "asciinema", "curl", "procps")
 """What Terminal-Bench's base images add to theirs (for its tmux-driven agents)."""
+
+
+def _ubuntu_sources(suite: str) -> tuple[tuple[str, str], ...]:
+    """Ubuntu's apt source list as its image has it, which Dockerfiles `sed` to a snapshot
+    mirror: deb822 `sources.list.d/ubuntu.sources` from 24.04 (noble), one-line
+    `sources.list` before. apt itself stays the offline shim; nothing reads these here."""
+    archive, security = "http://archive.ubuntu.com/ubuntu/", "http://security.ubuntu.com/ubuntu/"
+    components = "main universe restricted multiverse"
+    if suite == "noble":
+        keyring = "Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n"
+        text = (
+            f"Types: deb\nURIs: {archive}\nSuites: {suite} {suite}-updates {suite}-backports\n"
+            f"Components: {components}\n{keyring}\n"
+            f"Types: deb\nURIs: {security}\nSuites: {suite}-security\n"
+            f"Components: {components}\n{keyring}"
+        )
+        moved = "# Ubuntu sources have moved to /etc/apt/sources.list.d/ubuntu.sources\n"
+        return (("/etc/apt/sources.list.d/ubuntu.sources", text), ("/etc/apt/sources.list", moved))
+    lines = [
+        f"deb {url} {suite}{pocket} {components}"
+        for url, pockets in ((archive, ("", "-updates", "-backports")), (security, ("-security",)))
+        for pocket in pockets
+    ]
+    return (("/etc/apt/sources.list", "\n".join(lines) + "\n"),)
 
 
 def _tbench(image: str, name: str) -> Base | None:
@@ -171,7 +198,11 @@ def base_for(name: str) -> Base | None:
         else:
             release = NEWEST
         note = f"Debian {release} is the nearest Debian to {image}"
-        return Base(image, release, UBUNTU_BASE, note=note)
+        suite = {"bullseye": "focal", "bookworm": "jammy"}.get(release, "noble")
+        lists = ("/var/lib/apt/lists",)  # empty, as the image leaves it (`find ... -delete`)
+        return Base(
+            image, release, UBUNTU_BASE, dirs=lists, files=_ubuntu_sources(suite), note=note
+        )
     if repo.startswith("ghcr.io/laude-institute/t-bench/"):  # Terminal-Bench's own bases
         return _tbench(image, repo.rsplit("/", 1)[-1])
     if repo == "python":

@@ -238,11 +238,14 @@ def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Ima
         link.parent.mkdir(parents=True, exist_ok=True)
         if not os.path.lexists(link):
             os.symlink(target, link)
-    for inner, text in base.scripts:
+    for inner, text, mode in [
+        *((p, t, 0o755) for p, t in base.scripts),
+        *((p, t, 0o644) for p, t in base.files),
+    ]:
         path = _safe_target(root, inner)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        path.chmod(0o755)
+        path.chmod(mode)
     image.env.update(dict(base.env))
     if base.workdir != "/":
         image.workdir = base.workdir

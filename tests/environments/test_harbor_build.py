@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from environments import harbor
+from environments.base_images import base_for
+from environments.rootfs import rootfs_dir
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
 from tasks.harbor import load_harbor_task
@@ -273,3 +275,38 @@ def test_a_verifier_may_chown_and_chmod_its_own_tests(tmp_path, fake_root):
     task = make_task(tmp_path / "t", "FROM debian:bookworm\nWORKDIR /app\n", test_sh=test_sh)
     reward, info = oracle(task)
     assert reward == 1.0, info["verifier"]["output"]
+
+
+@pytest.mark.skipif(not ROOT, reason="a RUN as root inside needs root")
+@pytest.mark.parametrize(
+    ("image", "sources"),
+    [("ubuntu:24.04", "sources.list.d/ubuntu.sources"), ("ubuntu:22.04", "sources.list")],
+)
+def test_an_ubuntu_stand_in_has_ubuntus_apt_sources_and_lists(
+    tmp_path, monkeypatch, image, sources
+):
+    """A Dockerfile `FROM ubuntu:*` that points apt at a snapshot mirror with `sed -i` on
+    Ubuntu's source list (deb822 `ubuntu.sources` from 24.04, `sources.list` before) and
+    empties `/var/lib/apt/lists` builds over the Debian stand-in, which has neither Ubuntu's
+    file nor lists of its own to delete (before: "sed: can't read ...", a pre-flight line)."""
+    dockerfile = (
+        f"FROM {image}\nWORKDIR /app\n"
+        "RUN sed -i -e 's#http://archive.ubuntu.com/ubuntu/#http://snapshot.ubuntu.com/ubuntu/x/#'"
+        f" /etc/apt/{sources} && find /var/lib/apt/lists -mindepth 1 -delete"
+        " && rm -rf /var/lib/apt/lists/*\n"
+    )
+    test_sh = (
+        f"#!/bin/bash\ngrep -q snapshot.ubuntu.com/ubuntu/x/ /etc/apt/{sources}"
+        " && echo 1 > /logs/verifier/reward.txt\n"
+    )
+    programs = (*fake_rootfs.PROGRAMS, "sed", "find")
+    with fake_rootfs.installed(monkeypatch, programs) as fake:
+        for name in ("lock", "partial"):  # what Debian's root file system has there
+            (fake / "var" / "lib" / "apt" / "lists").mkdir(parents=True, exist_ok=True)
+            (fake / "var" / "lib" / "apt" / "lists" / name).touch()
+        base = base_for(image)
+        assert base is not None
+        os.symlink(fake, rootfs_dir(base.spec()))
+        task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+        assert image_of(task).problems == []
+        assert oracle(task)[0] == 1.0
