@@ -17,7 +17,7 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
-| `golang:*`                              | trixie (Go 1.24)                | golang-go, gcc, git, make    |
+| `golang:*`                              | trixie (Go 1.24); a named release if its Go is not older than the tag's | golang-go, gcc, git, make |
 | `node:18*`                              | bookworm (Node 18)              | nodejs, npm, git             |
 | `node:*`                                | trixie (Node 20)                | nodejs, npm, git             |
 | `rust:*`                                | trixie (Rust 1.85)              | rustc, cargo, gcc, git       |
@@ -140,6 +140,22 @@ def _tbench(image: str, name: str) -> Base | None:
     return dataclasses.replace(base, packages=(*base.packages, *TBENCH_TOOLS))
 
 
+DEBIAN_GO = {"bullseye": (1, 15), "bookworm": (1, 19), "trixie": (1, 24)}
+"""The Go of each Debian release's `golang-go`."""
+
+
+def _go_release(tag: str, named: str | None) -> str:
+    """The release for a golang tag: the one it names, unless the tag's Go is newer than that
+    release's; then (Go being backward compatible) the nearest release whose Go is at least
+    the tag's (`1.22-bookworm` -> trixie), else the newest."""
+    m = re.match(r"(\d+)\.(\d+)", tag)
+    if named is None or m is None:
+        return named or NEWEST
+    wanted = (int(m.group(1)), int(m.group(2)))
+    later = list(RELEASES)[list(RELEASES).index(named) :]
+    return next((r for r in later if DEBIAN_GO[r] >= wanted), NEWEST)
+
+
 def _python(image: str, version: str, tag: str, release: str | None) -> Base:
     by_version = {
         "3.7": "bullseye",
@@ -218,7 +234,7 @@ def base_for(name: str) -> Base | None:
             return None
         return Base(
             image,
-            named or NEWEST,
+            _go_release(tag, named),
             packages=("golang-go", "gcc", "libc6-dev", "make", "pkg-config", "git"),
             env=(
                 ("GOPATH", "/go"),
