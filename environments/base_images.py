@@ -17,7 +17,7 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
-| `golang:*`                              | trixie (Go 1.24)                | golang-go, gcc, git, make    |
+| `golang:*`                              | trixie (Go 1.24); a named release if its Go is not older than the tag's | golang-go, gcc, git, make |
 | `node:18*`                              | bookworm (Node 18)              | nodejs, npm, git             |
 | `node:*`                                | trixie (Node 20)                | nodejs, npm, git             |
 | `rust:*`                                | trixie (Rust 1.85)              | rustc, cargo, gcc, git       |
@@ -29,7 +29,8 @@ Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` an
 `public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
 release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
 (`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
-build tools of their buildpack-deps base. Every root file system also holds `BASE_PACKAGES`,
+build tools of their buildpack-deps base; ubuntu images Ubuntu's apt source list and an empty
+`/var/lib/apt/lists` (`_ubuntu_sources`). Every root file system also holds `BASE_PACKAGES`,
 the tools the offline verifier kit needs (`curl` for its shim, `python3` for its uv).
 An image the table does not know (Alpine, a private image) is a one-sentence pre-flight
 reason naming it; `env.kwargs.base=host` runs such a task on this machine's own system.
@@ -76,6 +77,8 @@ class Base:
     scripts: tuple[tuple[str, str], ...] = ()
     """(path, text): small executables the image has (`/usr/local/bin/pip`)."""
     dirs: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+    """(path, text): plain files the image has (Ubuntu's apt source list)."""
     note: str = field(default="", compare=False)
     """How it differs from the real image (a Python version), for the build log."""
 
@@ -98,6 +101,30 @@ TBENCH_TOOLS = ("tmux", "asciinema", "curl", "procps")
 """What Terminal-Bench's base images add to theirs (for its tmux-driven agents)."""
 
 
+def _ubuntu_sources(suite: str) -> tuple[tuple[str, str], ...]:
+    """Ubuntu's apt source list as its image has it, which Dockerfiles `sed` to a snapshot
+    mirror: deb822 `sources.list.d/ubuntu.sources` from 24.04 (noble), one-line
+    `sources.list` before. apt itself stays the offline shim; nothing reads these here."""
+    archive, security = "http://archive.ubuntu.com/ubuntu/", "http://security.ubuntu.com/ubuntu/"
+    components = "main universe restricted multiverse"
+    if suite == "noble":
+        keyring = "Signed-By: /usr/share/keyrings/ubuntu-archive-keyring.gpg\n"
+        text = (
+            f"Types: deb\nURIs: {archive}\nSuites: {suite} {suite}-updates {suite}-backports\n"
+            f"Components: {components}\n{keyring}\n"
+            f"Types: deb\nURIs: {security}\nSuites: {suite}-security\n"
+            f"Components: {components}\n{keyring}"
+        )
+        moved = "# Ubuntu sources have moved to /etc/apt/sources.list.d/ubuntu.sources\n"
+        return (("/etc/apt/sources.list.d/ubuntu.sources", text), ("/etc/apt/sources.list", moved))
+    lines = [
+        f"deb {url} {suite}{pocket} {components}"
+        for url, pockets in ((archive, ("", "-updates", "-backports")), (security, ("-security",)))
+        for pocket in pockets
+    ]
+    return (("/etc/apt/sources.list", "\n".join(lines) + "\n"),)
+
+
 def _tbench(image: str, name: str) -> Base | None:
     """Terminal-Bench's `t-bench/python-3-13` (the python:3.13-slim image) and
     `t-bench/ubuntu-24-04` (ubuntu:24.04), both with `TBENCH_TOOLS`."""
@@ -111,6 +138,22 @@ def _tbench(image: str, name: str) -> Base | None:
     else:
         return None
     return dataclasses.replace(base, packages=(*base.packages, *TBENCH_TOOLS))
+
+
+DEBIAN_GO = {"bullseye": (1, 15), "bookworm": (1, 19), "trixie": (1, 24)}
+"""The Go of each Debian release's `golang-go`."""
+
+
+def _go_release(tag: str, named: str | None) -> str:
+    """The release for a golang tag: the one it names, unless the tag's Go is newer than that
+    release's; then (Go being backward compatible) the nearest release whose Go is at least
+    the tag's (`1.22-bookworm` -> trixie), else the newest."""
+    m = re.match(r"(\d+)\.(\d+)", tag)
+    if named is None or m is None:
+        return named or NEWEST
+    wanted = (int(m.group(1)), int(m.group(2)))
+    later = list(RELEASES)[list(RELEASES).index(named) :]
+    return next((r for r in later if DEBIAN_GO[r] >= wanted), NEWEST)
 
 
 def _python(image: str, version: str, tag: str, release: str | None) -> Base:
@@ -171,7 +214,11 @@ def base_for(name: str) -> Base | None:
         else:
             release = NEWEST
         note = f"Debian {release} is the nearest Debian to {image}"
-        return Base(image, release, UBUNTU_BASE, note=note)
+        suite = {"bullseye": "focal", "bookworm": "jammy"}.get(release, "noble")
+        lists = ("/var/lib/apt/lists",)  # empty, as the image leaves it (`find ... -delete`)
+        return Base(
+            image, release, UBUNTU_BASE, dirs=lists, files=_ubuntu_sources(suite), note=note
+        )
     if repo.startswith("ghcr.io/laude-institute/t-bench/"):  # Terminal-Bench's own bases
         return _tbench(image, repo.rsplit("/", 1)[-1])
     if repo == "python":
@@ -187,7 +234,7 @@ def base_for(name: str) -> Base | None:
             return None
         return Base(
             image,
-            named or NEWEST,
+            _go_release(tag, named),
             packages=("golang-go", "gcc", "libc6-dev", "make", "pkg-config", "git"),
             env=(
                 ("GOPATH", "/go"),

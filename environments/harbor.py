@@ -78,6 +78,7 @@ from environments.harbor_layout import (  # noqa: F401
     Layout,
     _safe_target,
     cache_root,
+    copy_tree,
     episode_env,
     kit_view,
     layer_view,
@@ -142,19 +143,25 @@ def _load_or_build(
     else:
         text = dockerfile_of(task_dir)
     sandbox = Sandbox(Limits(timeout_s=BUILD_TIMEOUT_S, disk_mb=2048, cpu_seconds=600))
+    tmp = None
     try:
         image = _build(task_dir, text, digest, sandbox, options, context, service)
         if image.transient:  # about this host's state, not the task: never cached
             return image
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{digest}-"))
-        shutil.copytree(sandbox.workdir / "root", tmp / "layer", symlinks=True)
+        copy_tree(sandbox.workdir / "root", tmp / "layer")
         data = {k: v for k, v in asdict(image).items() if k != "layer"}
         (tmp / "image.json").write_text(json.dumps(data, indent=1))
         try:
             tmp.rename(folder)
         except OSError:  # built meanwhile by another process
             shutil.rmtree(tmp, ignore_errors=True)
+    except Exception as e:  # one task's failure, never the whole eval's: its pre-flight line
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        why = f"the image could not be built here ({e})"
+        return Image(digest=digest, problems=[f"BUILD: {why}"], transient=True)
     finally:
         sandbox.close()
     data = json.loads(meta.read_text())

@@ -36,6 +36,7 @@ from environments.harbor_layout import (
     _copy_missing,
     _on,
     _safe_target,
+    copy_tree,
     episode_env,
     kit_view,
     layer_view,
@@ -237,11 +238,14 @@ def _start_from(plan_: Plan, options: BuildOptions, sandbox: Sandbox, image: Ima
         link.parent.mkdir(parents=True, exist_ok=True)
         if not os.path.lexists(link):
             os.symlink(target, link)
-    for inner, text in base.scripts:
+    for inner, text, mode in [
+        *((p, t, 0o755) for p, t in base.scripts),
+        *((p, t, 0o644) for p, t in base.files),
+    ]:
         path = _safe_target(root, inner)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        path.chmod(0o755)
+        path.chmod(mode)
     image.env.update(dict(base.env))
     if base.workdir != "/":
         image.workdir = base.workdir
@@ -399,7 +403,7 @@ def _run_step(
     if form is None:
         _top_files(root, args)
     _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
-    result = sandbox.run(command, timeout=BUILD_TIMEOUT_S)
+    result = sandbox.run(command, timeout=BUILD_TIMEOUT_S, tail=True)  # no cap, as docker build
     sandbox.kill_all()
     if result.returncode == 0:
         return None
@@ -450,7 +454,7 @@ def _probe_entrypoint(sandbox: Sandbox, root: Path, image: Image) -> str | None:
     """Start the ENTRYPOINT with a short command, on a throwaway copy of the layer (what it
     writes is no part of the image): None, or what it said when it failed."""
     probe_root = sandbox.workdir / "probe"
-    shutil.copytree(root, probe_root, symlinks=True)
+    copy_tree(root, probe_root)
     _prepare_run(sandbox, probe_root, image)
     sandbox.network = False
     sandbox.own_network()  # as the episode will have it (root: ports below 1024)

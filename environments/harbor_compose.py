@@ -57,10 +57,12 @@ from environments import harbor
 from environments.bash import chown_tree
 from environments.sandbox import Sandbox, bwrap_available
 
-__all__ = ["NAMES", "Compose", "ComposeError", "Service", "Sidecars", "preflight", "read", "start"]
+__all__ = ["FILE", "Compose", "ComposeError", "Service", "Sidecars", "preflight", "read", "start"]
 
-NAMES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
-"""The compose file names Harbor looks for in `environment/`, in its order."""
+FILE = "environment/docker-compose.yaml"
+"""The one compose file Harbor's Docker environment reads (`_environment_docker_compose_path`,
+passed to `docker compose -f`): a `docker-compose.yml`, `compose.yaml` or `compose.yml` beside
+the Dockerfile is never read there, so it is not here either."""
 TOP_KEYS = {"services", "volumes", "networks", "version", "name"}
 SERVICE_KEYS = {
     "build", "image", "environment", "volumes", "healthcheck", "depends_on", "command", "entrypoint",
@@ -299,7 +301,7 @@ def _depends(service: Service, value: Any, where: str, names: set[str]) -> None:
 def _service(
     task_dir: Path, name: str, spec: Any, volumes: dict[str, Any], names: set[str]
 ) -> Service:
-    where = f"environment/docker-compose.yaml: service {name}"
+    where = f"{FILE}: service {name}"
     if not isinstance(spec, dict):
         spec = {}
     allowed = MAIN_KEYS if name == "main" else SERVICE_KEYS
@@ -400,11 +402,8 @@ def _main_build(service: Service, spec: dict, task_dir: Path, where: str) -> Non
 
 
 def compose_file(task_dir: Path) -> Path | None:
-    for name in NAMES:
-        path = task_dir / "environment" / name
-        if path.is_file() and not path.is_symlink():
-            return path
-    return None
+    path = task_dir / FILE
+    return path if path.is_file() and not path.is_symlink() else None
 
 
 def read(task_dir: Path) -> Compose | None:
@@ -416,28 +415,27 @@ def read(task_dir: Path) -> Compose | None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
     except yaml.YAMLError as e:
-        raise ComposeError(f"environment/{path.name} is not valid YAML ({e})") from None
+        raise ComposeError(f"{FILE} is not valid YAML ({e})") from None
     if not isinstance(data, dict):
-        raise ComposeError(f"environment/{path.name} is not a mapping of services")
+        raise ComposeError(f"{FILE} is not a mapping of services")
     for key in data:
         if key not in TOP_KEYS and not str(key).startswith("x-"):
-            raise ComposeError(f"environment/{path.name} sets `{key}`, which is not supported here")
+            raise ComposeError(f"{FILE} sets `{key}`, which is not supported here")
     data = _harbor(data, harbor_variables(task_dir))
     specs = data.get("services") or {}
     volumes = data.get("volumes") or {}
     for name, spec in volumes.items() if isinstance(volumes, dict) else []:
         if isinstance(spec, dict) and (spec.get("external") or spec.get("driver_opts")):
             raise ComposeError(
-                f"environment/{path.name}: volume {name} is external or has driver options, "
+                f"{FILE}: volume {name} is external or has driver options, "
                 "which are not supported here (a volume is a fresh folder of the episode)"
             )
     if not isinstance(specs, dict) or not isinstance(volumes, dict):
-        raise ComposeError(f"environment/{path.name}: `services:` and `volumes:` are not mappings")
+        raise ComposeError(f"{FILE}: `services:` and `volumes:` are not mappings")
     for name in specs:
         if not _NAME.fullmatch(str(name)):
             raise ComposeError(
-                f"environment/{path.name}: {str(name)[:60]!r} is not a service name (letters, "
-                "digits, `_`, `.`, `-`)"
+                f"{FILE}: {str(name)[:60]!r} is not a service name (letters, digits, `_`, `.`, `-`)"
             )
     names = {*specs, "main"}
     try:
@@ -445,7 +443,7 @@ def read(task_dir: Path) -> Compose | None:
     except ComposeError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as e:  # a value of the wrong kind
-        raise ComposeError(f"environment/{path.name} cannot be read here ({e})") from None
+        raise ComposeError(f"{FILE} cannot be read here ({e})") from None
     main = services.pop("main", Service("main"))
     order: list[Service] = []
 
@@ -453,14 +451,11 @@ def read(task_dir: Path) -> Compose | None:
         if service in order:
             return
         if service.name in seen:
-            raise ComposeError(
-                f"environment/{path.name}: depends_on makes a cycle ({service.name})"
-            )
+            raise ComposeError(f"{FILE}: depends_on makes a cycle ({service.name})")
         for name in service.after:
             if name == "main":
                 raise ComposeError(
-                    f"environment/{path.name}: service {service.name} depends on main, which "
-                    "starts last here"
+                    f"{FILE}: service {service.name} depends on main, which starts last here"
                 )
             visit(services[name], (*seen, service.name))
         order.append(service)

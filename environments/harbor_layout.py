@@ -36,6 +36,24 @@ _PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*(?:\[[\w,.-]+\])?)==([
 _UV_URL = re.compile(r"https?://astral\.sh/uv/(?:([0-9][\w.]*)/)?install\.sh")
 
 
+def _copy_entry(src: str, dst: str) -> None:
+    """Copy one file of a layer as what it is: a named pipe stays a pipe (GNU make's jobserver
+    leaves one in /tmp), a socket or device is left out (it means nothing once its process is
+    gone, and no unprivileged sandbox may make a device); anything else as `shutil.copy2`."""
+    mode = os.lstat(src).st_mode
+    if stat.S_ISFIFO(mode):
+        os.mkfifo(dst, stat.S_IMODE(mode))
+        shutil.copystat(src, dst, follow_symlinks=False)
+    elif stat.S_ISREG(mode):
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def copy_tree(source: Path, dest: Path) -> None:
+    """Copy a layer (or any tree of one), symlinks as symlinks, special files as `_copy_entry`
+    copies them, as a Docker layer keeps them (`shutil.copytree` alone fails on a pipe)."""
+    shutil.copytree(source, dest, symlinks=True, copy_function=_copy_entry)
+
+
 OWNED = ("/usr/local", "/opt")
 """Over a base image's root file system, these folders are the layer's, bound whole and
 writable during the build (a `RUN pip install` writes there, a tool unpacks into `/opt`, as
@@ -151,7 +169,7 @@ class Layout:
                 "(/app, /logs, /tests); the fallback sandbox has none"
             )
         self.root = sb.workdir / "root"
-        shutil.copytree(self.image.layer, self.root, symlinks=True)
+        copy_tree(Path(self.image.layer), self.root)
         for inner in (self.image.workdir, "/logs/agent", "/logs/verifier"):
             _safe_target(self.root, inner).mkdir(parents=True, exist_ok=True)
         usual_dirs(self.root)

@@ -894,8 +894,11 @@ class Sandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         view: list[str] | None = None,
+        tail: bool = False,
     ) -> Result:
-        """Run one command to completion (or to the timeout / output cap, then kill it)."""
+        """Run one command to completion (or to the timeout / output cap, then kill it).
+        `tail`: past the cap the command runs on and each stream keeps its last
+        `Limits.output_bytes` (a build step, which `docker build` never cuts short)."""
         proc = self.popen(
             argv,
             cwd=cwd,
@@ -933,6 +936,10 @@ class Sandbox:
                     data = os.read(key.fd, 65536)
                     if not data:
                         sel.unregister(key.fileobj)
+                        continue
+                    if tail:  # keep the newest bytes, the command runs on
+                        kept = b"".join(chunks[key.data]) + data
+                        chunks[key.data] = [kept[-cap:]]
                         continue
                     chunks[key.data].append(data[: max(0, cap - used)])
                     used += len(data)

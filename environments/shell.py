@@ -24,9 +24,9 @@ flood of output) are `environments.bash`'s.
 
 Rewards: grading (`_grade`) leaves the agent's processes running where the verifier can
 join the shell's network (as root; else it kills them first), makes `/logs/verifier` anew
-(empty), puts the task's `tests/` at /tests (never seen before; `test.sh` itself read-only),
-runs `/tests/test.sh` (pid 1 of a PID namespace of its own, which code it runs cannot
-signal; with root inside, in the episode's PID namespace, where it sees the agent's
+(empty), puts the task's `tests/` at /tests (never seen before), runs `/tests/test.sh` (read
+whole before it runs, `verifier_command`; pid 1 of a PID namespace of its own, which code it
+runs cannot signal; with root inside, in the episode's PID namespace, where it sees the agent's
 processes) with `[verifier].env`, and reads `reward.json` (wins) or `reward.txt` (`read_reward`) only from a
 verifier that finished: one stopped at its time limit or ended by a signal scores 0.0 with
 the cause. `reward_key` picks the key of a multi-key reward.json (default `reward`, else the
@@ -80,6 +80,24 @@ VERIFIER = "/tests/test.sh"
 VERIFIER_LOG = "/logs/verifier/test-stdout.txt"
 MAX_LOG_BYTES = 16 * 1024 * 1024
 """What `save_logs` keeps of one log file (the rest is cut off)."""
+_BASH_LINE = re.compile(rb"#!\s*\S*/(?:env\s+)?bash(?:\s|$)")
+
+
+def verifier_command(test_sh: Path) -> tuple[str, bool]:
+    """The shell command that runs `/tests/test.sh` (host copy `test_sh`) into the log, and
+    whether the script must be bound read-only (sealed).
+
+    Bash reads a script as it runs it, so code the verifier runs could append lines to it
+    and have them run. A bash script (or one without `#!`, which bash runs) is therefore
+    sourced by `bash -c '. "$0"' /tests/test.sh`: `source` reads the whole file before running
+    any of it, `$0` and `BASH_SOURCE` are `/tests/test.sh` as when it is run, and the file
+    stays an ordinary one the verifier may chown and chmod, as in Harbor. Any other
+    interpreter (`#!/bin/sh`: dash reads as it goes too) is run by its shebang with
+    `/tests/test.sh` bound read-only."""
+    first = test_sh.read_bytes()[:256].split(b"\n", 1)[0] if test_sh.is_file() else b""
+    if not first.startswith(b"#!") or _BASH_LINE.match(first):
+        return f"exec bash -c '. \"$0\"' {VERIFIER} > {VERIFIER_LOG} 2>&1", False
+    return f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1", True
 
 
 def _unfinished(returncode: int | None, timed_out: bool, limit: float) -> str | None:
@@ -367,7 +385,8 @@ class ShellEnv(gym.Env):
         try:  # the reward folder is made anew, empty: nothing the agent planted there is left
             layout.fresh_dir("/logs/verifier")
             tests = harbor_steps.tests_dir(folder, step, sandbox.workdir / "step-tests")
-            view = layout.private("tests", tests, VERIFIER)
+            command, sealed = verifier_command(tests / "test.sh")
+            view = layout.private("tests", tests, VERIFIER if sealed else None)
             own: Path | None = None
             if isinstance(layout, harbor.Layout):  # seen by the verifier alone
                 own = _fresh(sandbox.workdir / "verifier-logs", sandbox.uid)
@@ -377,11 +396,10 @@ class ShellEnv(gym.Env):
             return None, {}, f"the tests could not be put in place ({str(e)[:300]})", none
         timeout = (step or {}).get("verifier_timeout_s") or verifier_timeout(task)
         env = dict(step["verifier_env"]) if step else verifier_env(task)
-        # test.sh becomes the command itself (`exec`); in a PID namespace of its own it is pid 1
-        # there: code of the agent's that it runs cannot kill or stop it (a PID namespace's
-        # init gets no signal it did not ask for from inside); in the sandbox's, such code may
-        # end it, and a verifier ended by a signal scores 0 (`_unfinished`)
-        command = f"chmod +x {VERIFIER} 2>/dev/null; exec {VERIFIER} > {VERIFIER_LOG} 2>&1"
+        # test.sh's shell becomes the command itself (`exec`); in a PID namespace of its own it
+        # is pid 1 there: code of the agent's that it runs cannot kill or stop it (a PID
+        # namespace's init gets no signal it did not ask for from inside); in the sandbox's,
+        # such code may end it, and a verifier ended by a signal scores 0 (`_unfinished`)
         saved = (sandbox.join_net, sandbox.entrypoint, sandbox.share_pids)
         if holder is not None:  # the ENTRYPOINT's services run already, in the shell's network
             sandbox.join_net, sandbox.entrypoint = sandbox.join_net or holder, []

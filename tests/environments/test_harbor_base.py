@@ -89,8 +89,27 @@ def test_python_images_have_python_and_a_pip_that_installs():
     # `pip install --upgrade pip==24.0` (harbor-hell's Dockerfile) installs beside Debian's
     # pip instead of failing to uninstall it from the read-only system
     assert ("PIP_IGNORE_INSTALLED", "1") in base.env
-    golang = base_for("golang:1.22-bookworm")
+    golang = base_for("golang:1.19-bookworm")
     assert golang is not None and golang.release == "bookworm" and golang.workdir == "/go"
+
+
+@pytest.mark.parametrize(
+    ("image", "release"),
+    [
+        ("golang:1.22.12-bookworm", "trixie"),  # bookworm's Go is 1.19: no log/slog
+        ("golang:1.21-bullseye", "trixie"),
+        ("golang:1.19-bullseye", "bookworm"),
+        ("golang:1.15-bullseye", "bullseye"),
+        ("golang:1.19-bookworm", "bookworm"),
+        ("golang:1.30-bookworm", "trixie"),  # newer than any: the newest
+    ],
+)
+def test_a_golang_tag_newer_than_its_releases_go_gets_a_newer_release(image, release):
+    """Go is backward compatible, so a tag whose Go is newer than the Go of the Debian release
+    it names gets the nearest release whose Go is at least the tag's (before:
+    `golang:1.22.12-bookworm` got bookworm's Go 1.19 and `RUN make build` failed)."""
+    base = base_for(image)
+    assert base is not None and base.release == release, base
 
 
 @pytest.mark.parametrize("image", ["alpine:3.20", "python:3.12-alpine", "example.com/own:1"])

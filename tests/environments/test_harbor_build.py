@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from environments import harbor
+from environments.base_images import base_for
+from environments.rootfs import rootfs_dir
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
 from tasks.harbor import load_harbor_task
@@ -198,3 +200,113 @@ def test_a_failed_run_names_the_tools_own_error_line(tmp_path, host_base):
     (task / "environment" / "pip.py").write_text(tool)
     (problem,) = image_of(task).problems
     assert problem.endswith(f"failed here (exit 1): {error}"), problem
+
+
+def test_a_run_that_leaves_a_named_pipe_builds(tmp_path, host_base):
+    """A RUN that leaves a named pipe (GNU make's jobserver FIFO in /tmp) and a socket in the
+    image builds and is cached: the pipe is a pipe in the episode, the socket is left out, as
+    a Docker layer keeps them (before: `shutil.copytree` raised "is a named pipe" and the
+    whole `skyrl eval` ended)."""
+    dockerfile = (
+        "FROM debian:bookworm\nWORKDIR /app\n"
+        "RUN mkfifo /app/pipe /tmp/GMfifo1 && python3 -c "
+        "\"import socket; socket.socket(socket.AF_UNIX).bind('/app/sock')\" && touch /app/built\n"
+    )
+    test_sh = (
+        "#!/bin/bash\nok=1\n"
+        "[ -p /app/pipe ] && [ -e /app/built ] && [ ! -e /app/sock ] || ok=0\n"
+        "echo $ok > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    assert image_of(task).problems == []
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
+
+
+@pytest.mark.parametrize("step", ["_build", "copy_tree"])
+def test_a_build_that_raises_is_its_tasks_pre_flight_sentence(
+    tmp_path, host_base, monkeypatch, step
+):
+    """Whatever one task's build or its caching raises is that task's pre-flight sentence
+    (the other tasks of an eval still run), and no half-copied image is left in the cache
+    (before: the exception ended the whole `skyrl eval`)."""
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(harbor, step, broken, raising=False)
+    task = make_task(tmp_path / "t", "FROM debian:bookworm\nWORKDIR /app\nRUN touch /app/x\n")
+    (problem,) = image_of(task).problems
+    assert problem == (
+        "BUILD: the image could not be built here ([Errno 28] No space left on device)"
+    ), problem
+    assert [p.name for p in (host_base / "images").glob("*")] == []
+
+
+def test_a_run_that_prints_much_builds_and_a_failure_names_its_last_line(tmp_path, host_base):
+    """`docker build` has no output cap: a RUN that prints 200 KB (an autotools build prints
+    more) runs to its end, and one that then fails is named by its last error line (before:
+    killed once past the sandbox's 16 KiB, "failed here (exit None)")."""
+    loud = "yes 'checking for a BSD-compatible install... /usr/bin/install -c' | head -n 3000"
+    dockerfile = f"FROM debian:bookworm\nWORKDIR /app\nRUN {loud} && touch /app/built\n"
+    test_sh = "#!/bin/bash\n[ -e /app/built ] && echo 1 > /logs/verifier/reward.txt\n"
+    task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+    assert image_of(task).problems == []
+    assert oracle(task)[0] == 1.0
+    failing = f"RUN ({loud}) >&2 && echo 'error: lwgrp failed' >&2 && exit 3\n"
+    task = make_task(tmp_path / "u", f"FROM debian:bookworm\nWORKDIR /app\n{failing}")
+    (problem,) = image_of(task).problems
+    assert problem.endswith("failed here (exit 3): error: lwgrp failed"), problem
+
+
+@pytest.mark.skipif(not ROOT, reason="chown to root inside needs root")
+def test_a_verifier_may_chown_and_chmod_its_own_tests(tmp_path, fake_root):
+    """`/tests/test.sh` is an ordinary file, as Harbor uploads it: a verifier that runs
+    `chown -R 0:0 /tests` and chmods its files under `set -Eeuo pipefail` (flux-accounting's)
+    goes on to its tests, and sees itself as `/tests/test.sh` in `$0` and `BASH_SOURCE`
+    (before: "Read-only file system", the verifier ended, reward 0)."""
+    test_sh = (
+        "#!/bin/bash\nset -Eeuo pipefail\n"
+        "chown -R 0:0 /tests\nchmod 0600 /tests/test.sh\n"
+        'here="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"\n'
+        '[ "$0" = /tests/test.sh ] && [ "$here" = /tests ]\n'
+        "echo 1 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", "FROM debian:bookworm\nWORKDIR /app\n", test_sh=test_sh)
+    reward, info = oracle(task)
+    assert reward == 1.0, info["verifier"]["output"]
+
+
+@pytest.mark.skipif(not ROOT, reason="a RUN as root inside needs root")
+@pytest.mark.parametrize(
+    ("image", "sources"),
+    [("ubuntu:24.04", "sources.list.d/ubuntu.sources"), ("ubuntu:22.04", "sources.list")],
+)
+def test_an_ubuntu_stand_in_has_ubuntus_apt_sources_and_lists(
+    tmp_path, monkeypatch, image, sources
+):
+    """A Dockerfile `FROM ubuntu:*` that points apt at a snapshot mirror with `sed -i` on
+    Ubuntu's source list (deb822 `ubuntu.sources` from 24.04, `sources.list` before) and
+    empties `/var/lib/apt/lists` builds over the Debian stand-in, which has neither Ubuntu's
+    file nor lists of its own to delete (before: "sed: can't read ...", a pre-flight line)."""
+    dockerfile = (
+        f"FROM {image}\nWORKDIR /app\n"
+        "RUN sed -i -e 's#http://archive.ubuntu.com/ubuntu/#http://snapshot.ubuntu.com/ubuntu/x/#'"
+        f" /etc/apt/{sources} && find /var/lib/apt/lists -mindepth 1 -delete"
+        " && rm -rf /var/lib/apt/lists/*\n"
+    )
+    test_sh = (
+        f"#!/bin/bash\ngrep -q snapshot.ubuntu.com/ubuntu/x/ /etc/apt/{sources}"
+        " && echo 1 > /logs/verifier/reward.txt\n"
+    )
+    programs = (*fake_rootfs.PROGRAMS, "sed", "find")
+    with fake_rootfs.installed(monkeypatch, programs) as fake:
+        for name in ("lock", "partial"):  # what Debian's root file system has there
+            (fake / "var" / "lib" / "apt" / "lists").mkdir(parents=True, exist_ok=True)
+            (fake / "var" / "lib" / "apt" / "lists" / name).touch()
+        base = base_for(image)
+        assert base is not None
+        os.symlink(fake, rootfs_dir(base.spec()))
+        task = make_task(tmp_path / "t", dockerfile, test_sh=test_sh)
+        assert image_of(task).problems == []
+        assert oracle(task)[0] == 1.0

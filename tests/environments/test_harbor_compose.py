@@ -321,3 +321,17 @@ def test_main_built_from_the_task_folder_copies_its_app(tmp_path, cache):
     assert "mainbuild: reward 1" in done.stdout, (done.stdout, done.stderr)
     done = skyrl_eval("noop", tmp_path / "tasks", cache)
     assert "mainbuild: reward 0" in done.stdout, (done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("name", ["docker-compose.yml", "compose.yaml", "compose.yml"])
+def test_only_docker_compose_yaml_is_read_as_harbor_reads(tmp_path, name):
+    """Harbor's Docker environment reads `environment/docker-compose.yaml` alone (and passes
+    it with `-f`), so a task with only `docker-compose.yml`, `compose.yaml` or `compose.yml`
+    is a plain Dockerfile task: its prebuilt `redis:7` service is never seen (before: read,
+    and the task refused at pre-flight under the name `docker-compose.yaml`)."""
+    task = make_task(tmp_path / "t")
+    image = COMPOSE.replace("    build:\n      context: ./api\n", "    image: redis:7\n")
+    (task / "environment" / "docker-compose.yaml").rename(task / "environment" / name)
+    (task / "environment" / name).write_text(image)
+    assert harbor_compose.read(task) is None
+    assert harbor_compose.preflight(task, harbor.BuildOptions()) == []

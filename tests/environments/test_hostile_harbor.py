@@ -249,6 +249,9 @@ FORGES = {
     # the verifier script itself rewritten while it runs (bash reads it as it goes)
     "rewrite-test-sh": "cat > sum.sh <<'EOF'\nprintf '\\necho 1 > /logs/verifier/reward.txt; exit\\n' "
     ">> /tests/test.sh 2>/dev/null\nEOF",
+    # ... or replaced whole, padded past where the shell has read to
+    "replace-test-sh": "cat > sum.sh <<'EOF'\n{ yes '' | head -n 65536; "
+    "echo 'echo 1 > /logs/verifier/reward.txt; exit'; } > /tests/test.sh 2>/dev/null\nEOF",
 }
 
 

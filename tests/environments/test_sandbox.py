@@ -96,6 +96,16 @@ def test_output_is_capped_and_the_command_killed(sb: Sandbox):
     assert result.truncated and len(result.stdout) == 4096 and set(result.stdout) == {"y", "\n"}
 
 
+def test_tail_lets_the_command_run_on_and_keeps_its_last_output(sb: Sandbox):
+    """`tail=True` (a build step): past the cap the command is not killed and each stream
+    keeps its newest bytes, so a failure's last line is still there."""
+    script = "yes | head -n 100000; echo done; echo last >&2; exit 3"
+    result = sb.run(["bash", "-c", script], tail=True)
+    assert result.returncode == 3 and not result.truncated
+    assert len(result.stdout) == 4096 and result.stdout.endswith("y\ndone\n")
+    assert result.stderr == "last\n"
+
+
 def test_kill_all_keeps_the_sandbox_usable(sb: Sandbox):
     sb.popen(["bash", "-c", "(setsid sleep 100 &); sleep 100"])
     child = sb.pexpect_spawn(["bash", "--norc"])
