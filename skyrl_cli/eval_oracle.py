@@ -90,7 +90,12 @@ def run_reference_agent(
                 print(f"{task.id}: not run (see pre-flight)")
                 continue
             start = time.monotonic()
-            reward, info = _episode(env, task, agent)
+            try:
+                reward, info = _episode(env, task, agent)
+            except (RuntimeError, OSError, ValueError) as e:  # this task's sandbox, not the run
+                results[task.id] = {"reward": None, "not_run": f"its episode failed: {e}"}
+                print(f"{task.id}: not run (its episode failed: {e})")
+                continue
             took = time.monotonic() - start
             if output is not None:
                 env.save_logs(output / task.id)

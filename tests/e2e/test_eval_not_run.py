@@ -54,3 +54,34 @@ def test_a_refused_task_makes_eval_exit_non_zero_and_says_why(tmp_path: Path) ->
     assert "connects as a superuser" in done.stderr, done.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["errors"] == 1 and report["accuracy"] == 0.5, report
+
+
+def _harbor_task(root: Path, dockerfile: str) -> None:
+    for sub in ("tests", "solution", "environment"):
+        (root / sub).mkdir(parents=True)
+    (root / "instruction.md").write_text("Do it.\n")
+    (root / "task.toml").write_text('version = "1.0"\n')
+    (root / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    (root / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    (root / "environment" / "Dockerfile").write_text(dockerfile)
+
+
+def test_a_harbor_episode_that_fails_to_start_is_that_tasks_sentence(tmp_path: Path) -> None:
+    """An ENTRYPOINT that kills the shell it runs before (as a real task's sandbox once
+    failed to start mid-folder): that task is not run, with the reason, and the next one
+    still runs. Before: `evaluation failed: RuntimeError ...` and no task had a reward."""
+    _harbor_task(
+        tmp_path / "tasks" / "a-broken",
+        'FROM debian:bookworm\nENTRYPOINT ["sh", "-c", "sleep 0.2; kill -9 $PPID"]\n',
+    )
+    _harbor_task(tmp_path / "tasks" / "b-fine", "FROM debian:bookworm\n")
+    done = skyrl(
+        "eval", "--env", "shell", "--agent", "oracle", "--tasks", "tasks", "--output", "out",
+        cwd=tmp_path, check=False, env={"HOME": str(tmp_path)},
+    )  # fmt: skip # the command line reads as typed
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "a-broken: not run (its episode failed: the sandboxed bash did not start)" in done.stdout
+    assert "b-fine: reward 1" in done.stdout, done.stdout
+    results = json.loads((tmp_path / "out" / "summary.json").read_text())["results"]
+    assert results["b-fine"]["reward"] == 1 and results["a-broken"]["reward"] is None
