@@ -30,6 +30,10 @@ TINY_MATH = [
     "rollout.batch_size=2",
 ]
 """`skyrl train` flags for a fast run: the tiny model on math, 4 eval tasks, 2 tasks a step."""
+NO_TRACKING = ["--set", "tracking.enabled=false"]
+"""For a run whose test checks nothing of MLflow: importing it and writing the store cost the
+driver 1.3-1.9 CPU-s a run (docs/benchmarks.md). The tests of tracking keep it on, and so
+do those of a run killed or stopped and then resumed (the store is part of what resumes)."""
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

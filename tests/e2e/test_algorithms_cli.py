@@ -14,7 +14,7 @@ import math
 import pytest
 import yaml
 
-from tests.conftest import skyrl
+from tests.conftest import NO_TRACKING, skyrl
 
 ALGORITHMS = ["grpo", "dr_grpo", "dapo", "rloo", "reinforce_pp", "ppo", "gspo"]
 COMMON = ["loss", "pg_loss", "entropy", "clip_frac", "approx_kl", "kl", "kl_coef"]
@@ -29,7 +29,7 @@ def test_two_steps_of_each_algorithm(tmp_path, ray_address, name):
         *("--env", "math", "--model", "tiny", "--max-steps", "2", "--run-name", name),
         *("--set", f"algorithm.name={name}", "--set", "algorithm.overlong_buffer=16"),
         *("--set", "rollout.batch_size=2", "--set", "eval.limit=0"),
-        *("--ray-address", ray_address),
+        *("--ray-address", ray_address, *NO_TRACKING),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob(f"{name}-*")
@@ -72,7 +72,7 @@ def test_list_recipes_and_train_from_one(tmp_path, ray_address):
         "train",
         *("--config", "math_ppo", "--model", "tiny", "--max-steps", "1"),
         *("--set", "eval.limit=0", "--set", "rollout.batch_size=2"),
-        *("--ray-address", ray_address),
+        *("--ray-address", ray_address, *NO_TRACKING),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("math-*")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import skyrl
+from tests.conftest import NO_TRACKING, skyrl
 
 BUILTINS = {
     "sql": "skyrl/SQL-v0",
@@ -43,7 +43,7 @@ def test_builtin_trains_two_steps_with_tiny(tmp_path, ray_address, env):
         *("--env", env, "--model", "tiny", "--max-steps", "2", "--run-name", env),
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
         *("--set", "rollout.max_new_tokens=16", "--set", "env.max_turns=2"),
-        *("--set", "eval.limit=0", "--ray-address", ray_address),
+        *("--set", "eval.limit=0", "--ray-address", ray_address, *NO_TRACKING),
         *(warmup if env == "search" else ()),
         cwd=tmp_path,
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 import pexpect
 import yaml
 
-from tests.conftest import BIN, TINY_MATH, skyrl
+from tests.conftest import BIN, NO_TRACKING, TINY_MATH, skyrl
 
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -94,7 +94,7 @@ def test_in_a_terminal_one_live_line_from_the_first_seconds_and_ctrl_c_below_it(
     t0 = time.monotonic()
     child = pexpect.spawn(
         str(BIN / "skyrl"),
-        ["train", *TINY_MATH, "--max-steps", "200", "--ray-address", ray_address],
+        ["train", *TINY_MATH, *NO_TRACKING, "--max-steps", "200", "--ray-address", ray_address],
         cwd=str(tmp_path),
         env={**env, "TERM": "xterm-256color"},
         encoding="utf-8",

@@ -7,7 +7,7 @@ import json
 
 import yaml
 
-from tests.conftest import skyrl
+from tests.conftest import NO_TRACKING, skyrl
 
 
 def test_the_transfer_recipe_trains_on_renderings_and_scores_every_dev_database(
@@ -18,7 +18,7 @@ def test_the_transfer_recipe_trains_on_renderings_and_scores_every_dev_database(
         *("--config", "sql_transfer", "--model", "tiny", "--max-steps", "1"),
         *("--set", "warmup.sft_steps=1", "--set", "eval.limit=6", "--set", "eval.before=false"),
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
-        *("--ray-address", ray_address),
+        *("--ray-address", ray_address, *NO_TRACKING),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("sql-*")

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from tests.conftest import BIN, TINY_MATH, skyrl
+from tests.conftest import BIN, NO_TRACKING, TINY_MATH, skyrl
 
 
 def test_help_does_not_import_heavy_modules(tmp_path):
@@ -65,7 +65,9 @@ def test_init_then_train_then_runs(tmp_path, ray_address):
     assert text.count("#") > 40  # every field carries its comment
     assert yaml.safe_load(text)["environments"] == {"my_env": "my_env.py:UnitsEnv"}
     proc = skyrl(
-        "train", "--max-steps", "2", "--model", "tiny", "--ray-address", ray_address, cwd=project
+        *("train", "--max-steps", "2", "--model", "tiny", "--ray-address", ray_address),
+        *NO_TRACKING,
+        cwd=project,
     )
     assert "finished" in proc.stdout
     (run,) = [p for p in (project / "runs").iterdir() if (p / "config.yaml").exists()]
@@ -277,6 +279,7 @@ def test_train_watch_trains_in_the_background(tmp_path, ray_address, monkeypatch
         "2",
         "--set",
         "eval.limit=0",
+        *NO_TRACKING,
         "--ray-address",
         ray_address,
         "--watch",
@@ -307,6 +310,7 @@ def test_sql_project_warms_up_trains_resumes_and_lists(tmp_path, ray_address):
         *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=4"),
         *("--set", "algorithm.kl_coef=0.01"),  # the reference must become the warmed-up policy
         *("--set", "trainer.threads=1"),  # one torch thread a process: no oversubscribed cores
+        *NO_TRACKING,
     ]
     first = skyrl("train", *args, "--max-steps", "1", cwd=project)
     assert "warm-up: 3 supervised steps of 4 on 306 reference answers" in first.stderr

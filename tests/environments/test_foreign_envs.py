@@ -9,7 +9,7 @@ import pytest
 
 from environments import registry
 from tasks.task import Task, load_tasks
-from tests.conftest import skyrl
+from tests.conftest import NO_TRACKING, skyrl
 
 pytest.importorskip("skyrl_gym", reason="the optional extra skyrl-gym is not installed")
 
@@ -80,7 +80,7 @@ def test_skyrl_gym_gsm8k_trains_two_steps_with_tiny(tmp_path, ray_address):
         *("--env", "skyrl_gym:gsm8k", "--tasks", "gsm8k.parquet", "--model", "tiny"),
         *("--max-steps", "2", "--run-name", "gsm8k", "--ray-address", ray_address),
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
-        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0"),
+        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0", *NO_TRACKING),
         cwd=tmp_path,
     )
     (run,) = (tmp_path / "runs").glob("gsm8k*")
@@ -143,7 +143,7 @@ def test_verifiers_env_trains_two_steps_with_tiny(vf_module, ray_address):
         *("--env", "verifiers:vf_sums", "--model", "tiny", "--max-steps", "2"),
         *("--run-name", "sums", "--ray-address", ray_address),
         *("--set", "rollout.batch_size=2", "--set", "rollout.group_size=2"),
-        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0"),
+        *("--set", "rollout.max_new_tokens=16", "--set", "eval.limit=0", *NO_TRACKING),
         cwd=vf_module,
         env={"PYTHONPATH": str(vf_module)},
     )
