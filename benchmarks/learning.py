@@ -154,9 +154,12 @@ def _skyrl() -> str:
     return str(Path(sys.executable).with_name("skyrl"))
 
 
-def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
-    """One real `skyrl train`; the run directory is the one that appeared under `runs`."""
-    before = set(runs.iterdir()) if runs.exists() else set()
+# `--test-split` scores `step-000000` after training: checkpoint rotation must not prune it
+KEEP_ALL = 1000
+
+
+def train_command(args: argparse.Namespace, seed: int, runs: Path) -> list[str]:
+    """The `skyrl train` command line of one seed."""
     cmd = [_skyrl(), "train", "--seed", str(seed), "--runs-dir", str(runs)]
     cmd += ["--env", args.env] if args.env else []
     cmd += ["--config", args.config] if args.config else []
@@ -165,8 +168,16 @@ def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
     cmd += ["--set", f"eval.limit={ALL_TASKS}"]
     cmd += ["--set", "eval.before=false"] if args.no_before else []
     cmd += ["--set", f"eval.every={args.eval_every}"] if args.eval_every else []
+    cmd += ["--set", f"trainer.keep_checkpoints={KEEP_ALL}"] if args.test_split else []
     for kv in args.set:
         cmd += ["--set", kv]
+    return cmd
+
+
+def train(args: argparse.Namespace, seed: int, runs: Path) -> Seed:
+    """One real `skyrl train`; the run directory is the one that appeared under `runs`."""
+    before = set(runs.iterdir()) if runs.exists() else set()
+    cmd = train_command(args, seed, runs)
     print("$", " ".join(cmd), flush=True)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None)
@@ -207,6 +218,8 @@ def score_split(s: Seed, split: str) -> None:
     models = {"final": s.run}
     if (s.run / "checkpoints" / "step-000000").exists():
         models["start"] = s.run / "checkpoints" / "step-000000"
+    else:
+        print(f"note: {s.run} kept no step-000000 to score on {split}", file=sys.stderr)
     for name, model in models.items():
         cmd = [_skyrl(), "eval", "--model", str(model), "--split", split]
         cmd += [
@@ -308,12 +321,18 @@ def _pool(ps: list[Probes]) -> Probes:
     return out
 
 
-def _group_acc(report: dict, dbs: list[str]) -> float:
-    """Accuracy (%) over some databases' tasks, from an eval report's per-database rows."""
+def _group_acc(report: dict, dbs: list[str]) -> float | None:
+    """Accuracy (%) over some databases' tasks, from an eval report's per-database rows;
+    None when the report scored none of them (a checkpoint that was not there to score)."""
     acc = report.get("by_database", {})
     weight = {db: _cell(report, "database", db).get("tasks", 1) for db in dbs}
     total = sum(weight[db] for db in dbs if db in acc)
-    return 100 * sum(acc[db] * weight[db] for db in dbs if db in acc) / total if total else 0.0
+    return 100 * sum(acc[db] * weight[db] for db in dbs if db in acc) / total if total else None
+
+
+def _mean(xs: list[float | None]) -> str:
+    known = [x for x in xs if x is not None]
+    return f"{statistics.mean(known):.1f}" if known else "-"
 
 
 def group_table(seeds: list[Seed], start: str) -> list[str]:
@@ -352,20 +371,27 @@ def group_table(seeds: list[Seed], start: str) -> list[str]:
             # the group's row, then one per database when it holds several
             for dbs in [mine, *([[db] for db in mine] if len(mine) > 1 else [])]:
                 rows.append(_group_row(split, g, dbs, per_seed))
+    for name in sorted(set().union(*(s.extra for s in seeds))):
+        if lost := [str(s.seed) for s in seeds if name in s.extra and not s.extra[name][0].report]:
+            rows.append(
+                f"\nno {start} score on {name} for seed{'s' * (len(lost) > 1)} {', '.join(lost)}: its checkpoint"
+                " (step-000000) was not in the run to score"
+            )
     return rows
 
 
 def _group_row(split: str, g: str, dbs: list[str], per_seed: list[tuple]) -> str:
     a = [_group_acc(st, dbs) for st, _, _, _ in per_seed]
     b = [_group_acc(fi, dbs) for _, fi, _, _ in per_seed]
-    d = [y - x for x, y in zip(a, b, strict=True)]
+    d = [y - x for x, y in zip(a, b, strict=True) if x is not None and y is not None]
     tasks = sum(_cell(per_seed[0][1], "database", db).get("tasks", 0) for db in dbs)
     p = _pool([subset(sp, set(dbs)) for _, _, sp, _ in per_seed])
     q = _pool([subset(fp, set(dbs)) for _, _, _, fp in per_seed])
+    rate = " / ".join(f"{x.rate:.1f}" if x.n else "-" for x in (p, q))
     return (
         f"| {split} | {g} | {', '.join(dbs)} | {tasks or '-'}"
-        f" | {statistics.mean(a):.1f} | {statistics.mean(b):.1f} | {_ms(d)}"
-        f" | {p.rate:.1f} / {q.rate:.1f} | {_pct(p.acc(True))} / {_pct(p.acc(False))}"
+        f" | {_mean(a)} | {_mean(b)} | {_ms(d) if d else '-'}"
+        f" | {rate} | {_pct(p.acc(True))} / {_pct(p.acc(False))}"
         f" | {_pct(q.acc(True))} / {_pct(q.acc(False))} |"
     )
 
@@ -452,7 +478,7 @@ def plot(seeds: list[Seed], png: Path, title: str) -> None:
     print(f"plot: {png}")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -477,9 +503,14 @@ def main() -> None:
     p.add_argument(
         "--test-split",
         default=None,
-        help="also score the warm-up and final checkpoints on this split (e.g. transfer-test)",
+        help="also score the warm-up and final checkpoints on this split (e.g. transfer-test); "
+        "the runs then keep every checkpoint (about 1.6 GB each for smollm2-135m)",
     )
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if not args.env and not args.config:
         args.env = "sql"
     name = args.report.name if args.report else args.config or args.env

@@ -270,3 +270,48 @@ def test_learning_report_groups_databases_by_convention_on_dev_and_the_test_spli
     ):
         assert row in out, (row, out)
     assert "| zoo | t_ singular tables, type-prefixed columns, pk_/fk_ keys | no | 1 |" in out, out
+
+
+def test_learning_report_shows_a_checkpoint_it_could_not_score_as_missing_not_zero(tmp_path):
+    """A run whose warm-up checkpoint was not there to score on the test split (checkpoint
+    rotation had pruned `step-000000`): its warm-up cells and RL delta read "-", and a note
+    says why, rather than a 0.0 that turns the final accuracy into an "RL delta"."""
+    answer = "<solution>SELECT 1</solution>"
+    for seed in (0, 1):
+        ev = tmp_path / "runs" / f"sql-{seed}" / "eval"
+        ev.mkdir(parents=True)
+        eps = [_episode("sql-bookshop-0000", [answer], True)]
+        _write_eval(ev, "warmup", eps, {"bookshop": 1.0})
+        _write_eval(ev, "after", eps, {"bookshop": 1.0})
+        league = [_episode("sql-league-0000", [answer], True)]
+        _write_eval(ev, "extra-transfer-test-final", league, {"league": 1.0})
+        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+    out = _run(
+        "benchmarks/learning.py",
+        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
+        home=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    row = (
+        "| transfer-test | unseen | league | 1 | - | 100.0 | - | - / 0.0 | - / - | - / 100.0 (2) |"
+    )
+    assert row in out, (row, out)
+    assert "no warmup score on transfer-test for seeds 0, 1" in out, out
+
+
+def test_learning_harness_keeps_the_warm_up_checkpoint_when_it_scores_a_test_split():
+    """`--test-split` scores `step-000000` after training, so the run it starts must keep
+    that checkpoint through rotation (stop 47's seed lost it to `keep_checkpoints: 2`)."""
+    from benchmarks import learning
+
+    args = learning.parser().parse_args(["--config", "sql_transfer", "--test-split", "t"])
+    cmd = learning.train_command(args, 0, Path("runs"))
+    keep = [
+        cmd[i + 1] for i, a in enumerate(cmd) if a == "--set" and "keep_checkpoints" in cmd[i + 1]
+    ]
+    assert keep and int(keep[-1].split("=")[1]) >= 1000, cmd
+    plain = learning.train_command(
+        learning.parser().parse_args(["--config", "sql_transfer"]), 0, Path("r")
+    )
+    assert not any("keep_checkpoints" in a for a in plain), plain
