@@ -17,7 +17,9 @@ episodes with and without one. For SQL it also groups the databases by whether t
 their naming convention (`tasks.sql.transfer.convention_seen`): accuracy, RL delta, probe
 rate and accuracy with and without probes per group, at the warm-up and final checkpoints;
 `--test-split transfer-test` scores both checkpoints on that split too (`skyrl eval`), so
-the test split's unseen-convention databases are in the table. Writes a PNG of dev accuracy
+the test split's unseen-convention databases are in the table. Per scored split and database
+it counts why the final checkpoint's answers were wrong (rows that differ, a table or column
+the schema lacks, another SQL error, no answer). Writes a PNG of dev accuracy
 and mean reward against step for every seed. Nothing here is asserted: the figures go to docs/learning.md by hand, with the
 command that made them.
 """
@@ -51,6 +53,7 @@ class Probes:
     sql_tagged: int = 0  # episodes that wrote a <sql> or <solution> tag: an SQL environment's
     episodes: list[tuple[str, bool]] = field(default_factory=list)  # (task id, probed)
     outcomes: list[tuple[str, bool, bool]] = field(default_factory=list)  # (id, probed, right)
+    kinds: list[tuple[str, str]] = field(default_factory=list)  # (task id, one of KINDS)
 
     @property
     def rate(self) -> float:
@@ -61,6 +64,32 @@ class Probes:
         k = self.probed if probed else self.n - self.probed
         right = self.probed_correct if probed else self.plain_correct
         return (100 * right / k if k else None), k
+
+
+KINDS = ("right", "wrong rows", "unknown table", "unknown column", "other SQL error", "no answer")
+"""What the SQL environment said of an episode's answer (`failure_kind`)."""
+_UNKNOWN = {  # SQLite's, DuckDB's and PostgreSQL's words for a name the schema lacks
+    "unknown table": re.compile(
+        r"no such table|Table with name .* does not exist|relation .* does not exist"
+    ),
+    "unknown column": re.compile(
+        r"no such column|column .* not found|column .* does not exist", re.I
+    ),
+}
+
+
+def failure_kind(said: str, info: dict[str, Any], correct: bool) -> str:
+    """One of KINDS for an episode: right; no `<solution>` at all; the answer's SQL error,
+    split by whether it named a table or a column the schema lacks; or it ran and returned
+    other rows (the environment's `info["error"]` is None)."""
+    if correct:
+        return "right"
+    if "<solution>" not in said:
+        return "no answer"
+    error = info.get("error")
+    if not error:
+        return "wrong rows"
+    return next((k for k, pat in _UNKNOWN.items() if pat.search(error)), "other SQL error")
 
 
 def probes(path: Path) -> Probes:
@@ -81,6 +110,7 @@ def probes(path: Path) -> Probes:
         p.sql_tagged += probed or "<solution>" in said
         p.episodes.append((rec["task_id"], probed))
         p.outcomes.append((rec["task_id"], probed, correct))
+        p.kinds.append((rec["task_id"], failure_kind(said, info, correct)))
     return p
 
 
@@ -308,7 +338,37 @@ def table(seeds: list[Seed]) -> str:
     for key in sorted(set().union(*(s.final.get("breakdown", {}) for s in seeds)) - {"database"}):
         rows += breakdown_table(seeds, key, start)
     rows += group_table(seeds, start)
+    rows += kind_table(seeds)
     return "\n".join(rows)
+
+
+def kind_table(seeds: list[Seed]) -> list[str]:
+    """Per scored split and database, the final checkpoint's episodes (pooled over seeds) by
+    what the environment said of their answer (KINDS); SQL only."""
+    splits = [(seeds[0].final.get("split", "dev"), [s.final_probes for s in seeds])]
+    for name in sorted(set().union(*(s.extra for s in seeds))):
+        splits.append((name, [s.extra[name][1].probes for s in seeds if name in s.extra]))
+    rows: list[str] = []
+    for split, ps in splits:
+        counts: dict[str, dict[str, int]] = {}
+        for task, kind in (k for p in ps for k in p.kinds):
+            db = task.split("-")[1] if task.startswith("sql-") else None
+            if db is not None and group(db) is not None:
+                counts.setdefault(db, dict.fromkeys(KINDS, 0))[kind] += 1
+        if counts and not rows:
+            rows += [
+                "",
+                "why answers were wrong: the final checkpoint's episodes (all seeds) by what"
+                " the environment said of the answer",
+                "",
+                f"| split | database | episodes | {' | '.join(KINDS)} |",
+                "|---|---|---|" + "---|" * len(KINDS),
+            ]
+        for db, c in sorted(counts.items()):
+            rows.append(
+                f"| {split} | {db} | {sum(c.values())} | {' | '.join(str(c[k]) for k in KINDS)} |"
+            )
+    return rows
 
 
 def _pool(ps: list[Probes]) -> Probes:

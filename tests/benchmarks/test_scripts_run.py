@@ -315,3 +315,43 @@ def test_learning_harness_keeps_the_warm_up_checkpoint_when_it_scores_a_test_spl
         learning.parser().parse_args(["--config", "sql_transfer"]), 0, Path("r")
     )
     assert not any("keep_checkpoints" in a for a in plain), plain
+
+
+def test_learning_report_says_why_each_databases_answers_were_wrong(tmp_path):
+    """The final checkpoint's episodes per database, pooled over seeds, by what the SQL
+    environment said of the answer (its `info`): right, ran but returned other rows, named a
+    table or a column the schema lacks, another SQL error, or no `<solution>` at all."""
+    answer = "<solution>SELECT 1</solution>"
+
+    def wrong(task: str, error: str | None, said: str = answer) -> dict:
+        rec = _episode(task, [said], False)
+        rec["info"] = {"correct": False, "error": error}
+        return rec
+
+    for seed in (0, 1):
+        ev = tmp_path / "runs" / f"sql-{seed}" / "eval"
+        ev.mkdir(parents=True)
+        after = [
+            _episode("sql-weather-0000", [answer], True),
+            wrong("sql-weather-0001", "sqlite error: no such table: warning"),
+            wrong("sql-weather-0002", "sqlite error: no such column: temperature"),
+            wrong("sql-weather-0003", None),
+            wrong("sql-zoo-0000", 'sqlite error: near "FROM": syntax error'),
+            wrong("sql-zoo-0001", None, said="I do not know"),
+        ]
+        _write_eval(ev, "warmup", after, {"weather": 0.25, "zoo": 0.0})
+        _write_eval(ev, "after", after, {"weather": 0.25, "zoo": 0.0})
+        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+    out = _run(
+        "benchmarks/learning.py",
+        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
+        home=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    assert (
+        "| split | database | episodes | right | wrong rows | unknown table | unknown column"
+        " | other SQL error | no answer |" in out
+    ), out
+    assert "| transfer-dev | weather | 8 | 2 | 2 | 2 | 2 | 0 | 0 |" in out, out
+    assert "| transfer-dev | zoo | 4 | 0 | 0 | 0 | 0 | 2 | 2 |" in out, out
