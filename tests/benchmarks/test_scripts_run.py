@@ -95,8 +95,7 @@ def test_learning_report_breaks_the_delta_down_by_what_the_environment_reports(t
             (ev / f"{name}.json").write_text(json.dumps({**report, "name": name}))
             answer = _episode(f"math-dev-{seed:05d}", ["<answer>4</answer>"], name == "after")
             (ev / f"{name}.jsonl").write_text(json.dumps(answer) + "\n")
-        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
-        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+        _finish_run(ev.parent, seed)
     out = _run(
         "benchmarks/learning.py",
         "--report",
@@ -141,8 +140,7 @@ def test_learning_report_names_each_databases_convention_and_counts_probes(tmp_p
                 "breakdown": breakdown,
             }
             (ev / f"{name}.json").write_text(json.dumps({**report, "name": name}))
-        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
-        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+        _finish_run(ev.parent, seed)
     png = tmp_path / "curve.png"
     out = _run(
         "benchmarks/learning.py",
@@ -193,6 +191,22 @@ def test_run_cost_benchmark_prints_each_run_and_the_cpu_ratio(tmp_path, ray_addr
     assert re.search(r"^true\s+[\d.]+\s+[\d.]+$", out, re.M), out
     assert re.search(r"^false\s+[\d.]+\s+[\d.]+$", out, re.M), out
     assert re.search(r"^CPU ratio separate/shared: [\d.]+x$", out, re.M), out
+
+
+def _finish_run(run: Path, seed: int) -> None:
+    """What a finished run holds besides its evals: one step's metrics and the seed file."""
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+    (run / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
+
+
+def _report(tmp_path: Path) -> str:
+    """`benchmarks/learning.py --report` over the runs under tmp_path/runs."""
+    return _run(
+        "benchmarks/learning.py",
+        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
+        home=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},  # this checkout's tasks.sql, whatever is installed
+    )
 
 
 def _write_eval(folder: Path, name: str, episodes: list[dict], by_database: dict) -> None:
@@ -246,14 +260,8 @@ def test_learning_report_groups_databases_by_convention_on_dev_and_the_test_spli
                 _episode("sql-music-0000", [answer], True),
             ]
             _write_eval(ev, name, eps, {"league": float(right), "music": 1.0})
-        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
-        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
-    out = _run(
-        "benchmarks/learning.py",
-        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
-        home=tmp_path,
-        env={"PYTHONPATH": str(ROOT)},  # this checkout's tasks.sql, whatever is installed
-    )
+        _finish_run(ev.parent, seed)
+    out = _report(tmp_path)
     for row in (
         "| transfer-dev | seen | bookshop | 1 | 100.0 | 100.0 | 0.0 ± 0.0 | 0.0 / 0.0"
         " | - / 100.0 (2) | - / 100.0 (2) |",
@@ -285,14 +293,8 @@ def test_learning_report_shows_a_checkpoint_it_could_not_score_as_missing_not_ze
         _write_eval(ev, "after", eps, {"bookshop": 1.0})
         league = [_episode("sql-league-0000", [answer], True)]
         _write_eval(ev, "extra-transfer-test-final", league, {"league": 1.0})
-        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
-        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
-    out = _run(
-        "benchmarks/learning.py",
-        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
-        home=tmp_path,
-        env={"PYTHONPATH": str(ROOT)},
-    )
+        _finish_run(ev.parent, seed)
+    out = _report(tmp_path)
     row = (
         "| transfer-test | unseen | league | 1 | - | 100.0 | - | - / 0.0 | - / - | - / 100.0 (2) |"
     )
@@ -341,14 +343,8 @@ def test_learning_report_says_why_each_databases_answers_were_wrong(tmp_path):
         ]
         _write_eval(ev, "warmup", after, {"weather": 0.25, "zoo": 0.0})
         _write_eval(ev, "after", after, {"weather": 0.25, "zoo": 0.0})
-        (ev.parent / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
-        (ev.parent / "learning-seed.json").write_text(json.dumps({"seed": seed, "wall_s": 60.0}))
-    out = _run(
-        "benchmarks/learning.py",
-        *("--report", str(tmp_path / "runs"), "--png", str(tmp_path / "curve.png")),
-        home=tmp_path,
-        env={"PYTHONPATH": str(ROOT)},
-    )
+        _finish_run(ev.parent, seed)
+    out = _report(tmp_path)
     assert (
         "| split | database | episodes | right | wrong rows | unknown table | unknown column"
         " | other SQL error | no answer |" in out
