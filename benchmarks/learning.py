@@ -342,18 +342,28 @@ def table(seeds: list[Seed]) -> str:
     return "\n".join(rows)
 
 
+def _extra_splits(seeds: list[Seed]) -> list[str]:
+    """The other splits (`--test-split`) any seed was scored on, sorted."""
+    return sorted(set().union(*(s.extra for s in seeds)))
+
+
+def _database(task: str) -> str | None:
+    """The bundled SQL database of a task id (`sql-<database>-...`), None for another id."""
+    parts = task.split("-")
+    return parts[1] if parts[0] == "sql" and len(parts) > 1 else None
+
+
 def kind_table(seeds: list[Seed]) -> list[str]:
     """Per scored split and database, the final checkpoint's episodes (pooled over seeds) by
     what the environment said of their answer (KINDS); SQL only."""
     splits = [(seeds[0].final.get("split", "dev"), [s.final_probes for s in seeds])]
-    for name in sorted(set().union(*(s.extra for s in seeds))):
+    for name in _extra_splits(seeds):
         splits.append((name, [s.extra[name][1].probes for s in seeds if name in s.extra]))
     rows: list[str] = []
     for split, ps in splits:
         counts: dict[str, dict[str, int]] = {}
         for task, kind in (k for p in ps for k in p.kinds):
-            db = task.split("-")[1] if task.startswith("sql-") else None
-            if db is not None and group(db) is not None:
+            if (db := _database(task)) is not None and group(db) is not None:
                 counts.setdefault(db, dict.fromkeys(KINDS, 0))[kind] += 1
         if counts and not rows:
             rows += [
@@ -403,7 +413,7 @@ def group_table(seeds: list[Seed], start: str) -> list[str]:
     a row of their own after it."""
     dev = [(s.start, s.final, s.start_probes, s.final_probes) for s in seeds]
     splits = [(seeds[0].final.get("split", "dev"), dev)]
-    for name in sorted(set().union(*(s.extra for s in seeds))):
+    for name in _extra_splits(seeds):
         pairs = [s.extra[name] for s in seeds if name in s.extra]
         splits.append((name, [(a.report, b.report, a.probes, b.probes) for a, b in pairs]))
     rows: list[str] = []
@@ -431,7 +441,7 @@ def group_table(seeds: list[Seed], start: str) -> list[str]:
             # the group's row, then one per database when it holds several
             for dbs in [mine, *([[db] for db in mine] if len(mine) > 1 else [])]:
                 rows.append(_group_row(split, g, dbs, per_seed))
-    for name in sorted(set().union(*(s.extra for s in seeds))):
+    for name in _extra_splits(seeds):
         if lost := [str(s.seed) for s in seeds if name in s.extra and not s.extra[name][0].report]:
             rows.append(
                 f"\nno {start} score on {name} for seed{'s' * (len(lost) > 1)} {', '.join(lost)}: its checkpoint"
