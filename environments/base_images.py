@@ -13,7 +13,7 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `debian:trixie`, `13`, `latest`, none   | trixie                          |                              |
 | `ubuntu:20.04`/`focal`                  | bullseye (nearest Debian)       | procps; `file` with apt Recommends |
 | `ubuntu:22.04`/`jammy`                  | bookworm (nearest Debian)       | procps; `file` with apt Recommends |
-| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         | procps; `file` with apt Recommends |
+| `ubuntu:24.04`/`noble`, other tags      | trixie (nearest Debian)         | procps; `file` with apt Recommends; GCC 13's C rules |
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
@@ -30,7 +30,8 @@ Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` an
 release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
 (`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
 build tools of their buildpack-deps base; ubuntu images Ubuntu's apt source list and an empty
-`/var/lib/apt/lists` (`_ubuntu_sources`). Every root file system also holds `BASE_PACKAGES`,
+`/var/lib/apt/lists` (`_ubuntu_sources`); Ubuntu 24.04's GCC 13 is stood in for by trixie's
+GCC 14 with GCC 13's C rules (`GCC13_C_HOOK`). Every root file system also holds `BASE_PACKAGES`,
 the tools the offline verifier kit needs (`curl` for its shim, `python3` for its uv).
 An image the table does not know (Alpine, a private image) is a one-sentence pre-flight
 reason naming it; `env.kwargs.base=host` runs such a task on this machine's own system.
@@ -40,11 +41,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from environments.rootfs import RootfsSpec
 
-__all__ = ["BASE_PACKAGES", "Base", "base_for", "final_base", "spec_of"]
+__all__ = [
+    "BASE_PACKAGES",
+    "GCC13_C_HOOK",
+    "GCC13_C_SCRIPT",
+    "Base",
+    "base_for",
+    "final_base",
+    "spec_of",
+]
 
 BASE_PACKAGES = ("ca-certificates", "curl", "python3")
 """In every root file system: the offline kit's `curl` shim calls the real curl, its uv
@@ -79,11 +89,14 @@ class Base:
     dirs: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()
     """(path, text): plain files the image has (Ubuntu's apt source list)."""
+    hooks: tuple[str, ...] = ()
+    """Commands run on the built root file system (`RootfsSpec.hooks`)."""
     note: str = field(default="", compare=False)
     """How it differs from the real image (a Python version), for the build log."""
 
     def spec(self) -> RootfsSpec:
-        return RootfsSpec(self.release, tuple(sorted({*BASE_PACKAGES, *self.packages})))
+        packages = tuple(sorted({*BASE_PACKAGES, *self.packages}))
+        return RootfsSpec(self.release, packages, hooks=self.hooks)
 
 
 def _release_in(tag: str) -> str | None:
@@ -123,6 +136,18 @@ def _ubuntu_sources(suite: str) -> tuple[tuple[str, str], ...]:
         for pocket in pockets
     ]
     return (("/etc/apt/sources.list", "\n".join(lines) + "\n"),)
+
+
+GCC13_C_SCRIPT = (
+    'command -v gcc >/dev/null || exit 0; specs="$(gcc -print-file-name=)specs"; '
+    "gcc -dumpspecs | sed '/^[*]cc1:$/{n;s/$/ %{.c:-fpermissive}/;}' > \"$specs\""
+)
+"""GCC 14 made three of GCC 13's C warnings errors (an implicit function declaration, an int
+from a pointer, incompatible pointer types), and C code built on Ubuntu 24.04 has them (lwgrp's
+`lwgrp_largest_pow2_log2_lte`). GCC 14's `-fpermissive` turns them back into warnings in C;
+this writes GCC's built-in specs, with `-fpermissive` added for `.c` files (not C++, where
+it would accept far more), as the `specs` file GCC reads from its own folder. Nothing when gcc is absent."""
+GCC13_C_HOOK = f'chroot "$1" sh -c {shlex.quote(GCC13_C_SCRIPT)}'
 
 
 def _tbench(image: str, name: str) -> Base | None:
@@ -216,9 +241,11 @@ def base_for(name: str) -> Base | None:
         note = f"Debian {release} is the nearest Debian to {image}"
         suite = {"bullseye": "focal", "bookworm": "jammy"}.get(release, "noble")
         lists = ("/var/lib/apt/lists",)  # empty, as the image leaves it (`find ... -delete`)
+        hooks = (GCC13_C_HOOK,) if suite == "noble" else ()  # 22.04's GCC 12 is bookworm's
         return Base(
-            image, release, UBUNTU_BASE, dirs=lists, files=_ubuntu_sources(suite), note=note
-        )
+            image, release, UBUNTU_BASE, dirs=lists, files=_ubuntu_sources(suite), hooks=hooks,
+            note=note,
+        )  # fmt: skip
     if repo.startswith("ghcr.io/laude-institute/t-bench/"):  # Terminal-Bench's own bases
         return _tbench(image, repo.rsplit("/", 1)[-1])
     if repo == "python":
@@ -331,4 +358,6 @@ def spec_of(base: Base, extra: tuple[str, ...] = (), recommends: bool = False) -
     if recommends and extra and base.image.startswith("ubuntu:"):
         extra = (*extra, *UBUNTU_RECOMMENDS)
     packages = tuple(sorted({*spec.packages, *extra}))
-    return RootfsSpec(spec.release, packages, recommends=recommends and bool(extra))
+    return RootfsSpec(
+        spec.release, packages, recommends=recommends and bool(extra), hooks=spec.hooks
+    )

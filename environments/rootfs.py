@@ -45,10 +45,13 @@ class RootfsSpec:
     recommends: bool = False
     """Install the packages' Recommends too, as a Dockerfile's `apt-get install` without
     `--no-install-recommends` does (`gcc` brings `libc6-dev`, so `stdio.h` is there)."""
+    hooks: tuple[str, ...] = ()
+    """mmdebstrap `--customize-hook` commands, run on the finished tree (`$1`)."""
 
     def key(self) -> str:
         parts: list = [self.release, sorted(self.packages), self.mirror]
-        text = json.dumps(parts + (["recommends"] if self.recommends else []))
+        parts += ["recommends"] if self.recommends else []
+        text = json.dumps(parts + ([list(self.hooks)] if self.hooks else []))
         return f"{self.release}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
@@ -115,6 +118,7 @@ def ensure_rootfs(spec: RootfsSpec, *, network: bool, log: list[str] | None = No
         argv = [exe, "--variant=minbase", "--quiet"]
         argv += ['--aptopt=APT::Install-Recommends "true"'] if spec.recommends else []
         argv += [f"--include={','.join(spec.packages)}"] if spec.packages else []
+        argv += [f"--customize-hook={hook}" for hook in spec.hooks]
         argv += [spec.release, str(tmp), spec.mirror]
         try:
             proc = subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from environments import harbor
-from environments.base_images import base_for, final_base
+from environments.base_images import GCC13_C_HOOK, GCC13_C_SCRIPT, base_for, final_base
 from environments.rootfs import ROOTFS_DIR_ENV, ensure_rootfs
 from environments.sandbox import bwrap_available
 from environments.shell import ShellEnv
@@ -338,3 +338,74 @@ def test_an_ubuntu_apt_line_with_recommends_brings_file(tmp_path, image, run, ha
     plan = harbor.plan(tmp_path, f"FROM {image}\n{run}\n", harbor.BuildOptions())
     assert plan.spec is not None
     assert ("file" in plan.spec.packages) is has_file
+
+
+@pytest.mark.parametrize(
+    "image, run, permissive",
+    [
+        ("ubuntu:24.04", "RUN apt-get install -y --no-install-recommends build-essential", True),
+        ("ubuntu@sha256:4fbb8e6a", "RUN apt-get install -y gcc", True),  # no tag: latest, 24.04
+        ("ubuntu:22.04", "RUN apt-get install -y gcc", False),  # bookworm's GCC 12, as 22.04's
+        ("debian:trixie", "RUN apt-get install -y gcc", False),  # trixie's own GCC 14
+        ("python:3.13-slim", "RUN apt-get install -y gcc", False),
+    ],
+)
+def test_ubuntu_24_04s_c_compiler_rules_hold_on_trixies_gcc_14(
+    tmp_path, monkeypatch, image, run, permissive
+):
+    """mpifileutils-dsync's Dockerfile builds lwgrp on ubuntu:24.04, whose GCC 13 warns of an
+    implicit function declaration; the stand-in's GCC 14 (Debian trixie's) makes that an error
+    and the build failed. The stand-in's root file system is built with a customize hook that
+    gives GCC's C compiler `-fpermissive` (GCC 14 then warns as GCC 13 did); an image whose
+    GCC the stand-in's is (trixie's 14, bookworm's 12 for 22.04) gets no hook. mmdebstrap is
+    a stand-in here, as above: it records its arguments."""
+    plan = harbor.plan(tmp_path, f"FROM {image}\n{run}\n", harbor.BuildOptions())
+    assert plan.spec is not None
+    assert (GCC13_C_HOOK in plan.spec.hooks) is permissive, plan.spec
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mmdebstrap").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\nfor a; do last2=$last; last=$a; done\n'
+        'mkdir -p "$last2/usr"\n'
+    )
+    (bin_dir / "mmdebstrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
+    top = Path(tempfile.mkdtemp(prefix="skyrl-rootfs-args-"))
+    top.chmod(0o755)
+    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top))
+    try:
+        ensure_rootfs(plan.spec, network=True)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    args = (tmp_path / "args").read_text()
+    assert (f"--customize-hook={GCC13_C_HOOK}" in args) is permissive, args
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler (gcc)")
+def test_the_gcc_hook_writes_a_specs_file_gcc_reads_for_c_and_not_for_cpp(tmp_path):
+    """The hook's script, run with this machine's real GCC (its `-print-file-name=`, where GCC
+    looks for a `specs` file, pointed at a temp folder): GCC reading the specs file it writes
+    passes `-fpermissive` to the C compiler (cc1) and not to the C++ one (cc1plus, where it
+    would accept far more)."""
+    real = shutil.which("gcc")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gcc").write_text(
+        f'#!/bin/sh\n[ "$1" = "-print-file-name=" ] && {{ echo "{tmp_path}/"; exit 0; }}\n'
+        f'exec {real} "$@"\n'
+    )
+    (bin_dir / "gcc").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["sh", "-c", GCC13_C_SCRIPT], env=env, check=True, timeout=60)
+    specs = tmp_path / "specs"
+    (tmp_path / "a.c").write_text("int main(void) { return helper(); }\n")
+    (tmp_path / "a.cc").write_text("int main() { return 0; }\n")
+
+    def driven(source: str) -> str:
+        cmd = [real, f"-specs={specs}", "-###", "-c", str(tmp_path / source), "-o", "/dev/null"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        return "\n".join(x for x in proc.stderr.splitlines() if "/cc1" in x)
+
+    assert "-fpermissive" in driven("a.c")
+    assert "cc1plus" in driven("a.cc") and "-fpermissive" not in driven("a.cc")
