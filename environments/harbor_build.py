@@ -370,9 +370,9 @@ def _drop_unchanged(layer: Path, base: Path) -> None:
 
 
 def _prepare_run(sandbox: Sandbox, root: Path, image: Image, network: bool = False) -> None:
-    for inner in (image.workdir, "/tmp", "/logs/agent", "/logs/verifier"):
+    usual_dirs(root)  # /tmp first, as the image's (mode 1777)
+    for inner in (image.workdir, "/logs/agent", "/logs/verifier"):
         _safe_target(root, inner).mkdir(parents=True, exist_ok=True)
-    usual_dirs(root)
     base = image.system_root or "/"
     # root inside, as `docker build` runs RUN: over a built root file system only, with the
     # image's /etc in the layer (`useradd`); what RUN leaves unchanged is dropped at the end

@@ -20,7 +20,7 @@ from pathlib import Path
 from environments.base_images import Base, base_for, final_base, spec_of
 from environments.rootfs import RootfsSpec
 
-BUILD_VERSION = "11"
+BUILD_VERSION = "12"
 """Part of every image digest: bump when the build's meaning changes."""
 
 

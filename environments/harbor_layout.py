@@ -281,11 +281,16 @@ from the layer, writable), not a host folder; `/var/run` and `/var/lock` stay li
 
 
 def usual_dirs(root: Path) -> None:
-    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all) and `/run`,
-    as an image does; folders a build made already are kept. `/run` is the layer's, so a
+    """Make the layer at root hold the usual Linux `/var` (`/var/log` above all), `/run` and
+    a `/tmp` any user may write (mode 1777), as an image does; folders a build made already
+    are kept. `/run` is the layer's, so a
     service's socket there (supervisor's) is seen by every command of the episode, as in
     one container, not a tmpfs of each command's own."""
     var = _safe_target(root, "/var")
+    for inner in ("/tmp", "/var/tmp"):  # every user's, sticky, as in any image
+        if not os.path.lexists(path := _safe_target(root, inner)):
+            path.mkdir(parents=True)
+            path.chmod(0o1777)
     for name in USUAL_VAR:
         _safe_target(root, f"/var/{name}").mkdir(parents=True, exist_ok=True)
     _safe_target(root, "/run/lock").mkdir(parents=True, exist_ok=True)

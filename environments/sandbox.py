@@ -91,6 +91,9 @@ host is there: not its homes, `/var`, `/srv`, `/mnt`, nor the unix sockets that 
 (a sandbox uid may connect to any world-writable one it can reach)."""
 HIDDEN_DIRS = ("/tmp", "/dev/shm", "/root", "/home", "/run", "/var/tmp", "/var/run", "/var/lock")
 """Empty, size-capped tmpfs dirs under bwrap (a host symlink, /var/run -> /run, stays one)."""
+STICKY_DIRS = ("/tmp", "/dev/shm", "/var/tmp", "/var/lock")
+"""Of those, the ones every user may write (mode 1777, as on any Linux system): a verifier
+that runs its tests as another user (`runuser -u ubuntu`) makes its folders there."""
 MIN_PROCESS_MB = 128
 """Without a memory cgroup, RLIMIT_NPROC is cut so each process still gets this much."""
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -165,6 +168,16 @@ def _bwrap_works(bwrap: str) -> bool:
     if probe.returncode != 0:
         log.warning("skyrl sandbox: %s does not work here: %s", bwrap, probe.stderr.strip())
     return probe.returncode == 0
+
+
+@functools.cache
+def _bwrap_has_perms(bwrap: str) -> bool:
+    """bwrap >= 0.5 sets a tmpfs's mode (`--perms`); older ones make it 0755."""
+    try:
+        text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--perms" in text.stdout + text.stderr
 
 
 @functools.cache
@@ -742,7 +755,8 @@ class Sandbox:
                 if os.path.islink(folder):
                     cmd += ["--symlink", os.readlink(folder), folder]
                 else:
-                    cmd += [*size, "--tmpfs", folder]
+                    sticky = folder in STICKY_DIRS and _bwrap_has_perms(BWRAP)
+                    cmd += [*size, *(["--perms", "1777"] if sticky else []), "--tmpfs", folder]
             home = os.environ.get("HOME", "")
             if home.startswith("/") and os.path.isdir(home):
                 home_dir = Path(home).resolve()

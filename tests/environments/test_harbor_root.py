@@ -51,6 +51,15 @@ as_svc touch /var/lib/svc/dump /var/log/svc/svc.log || ok=0
 [ "$(stat -c %U:%G:%a /var/lib/svc /etc/svc/svc.conf)" = "$(printf 'svc:svc:750\nsvc:svc:640')" ] || ok=0
 echo $ok > /logs/verifier/reward.txt
 """
+TMP_TEST = """#!/bin/bash
+ok=1
+as_nobody() { setpriv --reuid=nobody --regid=nogroup --clear-groups "$@"; }
+[ "$(stat -c %a /tmp /var/tmp /dev/shm)" = "$(printf '1777\\n1777\\n1777')" ] || ok=0
+as_nobody mkdir /tmp/case.$$ /var/tmp/case.$$ /dev/shm/case.$$ || ok=0
+mkdir /tmp/root.$$ && as_nobody rm -r /tmp/root.$$ 2>/dev/null && ok=0  # the sticky bit
+[ "$(cat /app/report.txt)" = done ] || ok=0
+echo $ok > /logs/verifier/reward.txt
+"""
 NOBODY_SOLVE = "#!/bin/bash\necho done > /app/report.txt\n"
 NOBODY_TEST = """#!/bin/bash
 ok=1
@@ -115,8 +124,14 @@ def _reward(task, oracle: bool) -> tuple[float, dict]:
         (USERADD_SOLVE, USERADD_TEST, ""),
         (NOBODY_SOLVE, NOBODY_TEST, "RUN echo top > secret && chmod 600 secret\n"),
         (NOBODY_SOLVE, SERVICE_TEST, ""),
+        (NOBODY_SOLVE, TMP_TEST, ""),
     ],
-    ids=["useradd-chown-root", "verifier-runs-as-nobody", "service-user-of-the-image"],
+    ids=[
+        "useradd-chown-root",
+        "verifier-runs-as-nobody",
+        "service-user-of-the-image",
+        "tmp-for-every-user",
+    ],
 )
 def test_a_task_that_needs_root_inside_scores_as_in_docker(tmp_path, root_fs, solve, test_sh, run):
     """The oracle earns 1 (as Harbor gives it in Docker), noop 0."""
