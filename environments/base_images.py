@@ -17,6 +17,7 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 | `python:3.8*`, `3.9*`                   | bullseye (Python 3.9)           | python3, pip, venv, shims    |
 | `python:3.10*`, `3.11*`                 | bookworm (Python 3.11)          | python3, pip, venv, shims    |
 | `python:3.12*`, `3.13*`, `3.14*`, `3`   | trixie (Python 3.13)            | python3, pip, venv, shims    |
+| (a python tag naming a release)         | the one whose Python is the tag's, else the named one |              |
 | `golang:*`                              | trixie (Go 1.24); a named release if its Go is not older than the tag's | golang-go, gcc, git, make |
 | `node:18*`                              | bookworm (Node 18)              | nodejs, npm, git             |
 | `node:*`                                | trixie (Node 20)                | nodejs, npm, git             |
@@ -27,7 +28,9 @@ image's conventions hold: its `ENV`, its `WORKDIR`, and shims (a `python` and a 
 
 Docker Hub's images are the same under `docker.io/library/`, `mirror.gcr.io/` and
 `public.ecr.aws/docker/library/`, and a `@sha256:` digest is ignored. A tag naming a Debian release (`python:3.12-slim-bookworm`, `node:20-bullseye`) picks that
-release. The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
+release, except that a python tag whose version is another release's own Python gets that
+release (`python:3.13-slim-bookworm`: trixie, whose Python is 3.13; the image is 3.13
+built on bookworm, and its programs see the Python). The Python, Go, Node and Rust versions are Debian's, which may differ from the tag's
 (`python:3.12` runs Python 3.13). The non-slim python, node and golang images also get the
 build tools of their buildpack-deps base; ubuntu images Ubuntu's apt source list and an empty
 `/var/lib/apt/lists` (`_ubuntu_sources`); Ubuntu 24.04's GCC 13 is stood in for by trixie's
@@ -189,8 +192,15 @@ def _python(image: str, version: str, tag: str, release: str | None) -> Base:
         "3.10": "bookworm",
         "3.11": "bookworm",
     }
-    chosen = release or by_version.get(version, NEWEST)
-    debian_py = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}[chosen]
+    pythons = {"bullseye": "3.9", "bookworm": "3.11", "trixie": "3.13"}
+    exact = next((r for r, v in pythons.items() if v == version), None)
+    chosen = exact or release or by_version.get(version, NEWEST)  # the tag's Python first
+    debian_py = pythons[chosen]
+    note = ""
+    if debian_py != version:
+        note = f"Python {debian_py} (Debian {chosen}'s) for {version}"
+    elif release and release != chosen:
+        note = f"Debian {chosen}, whose Python is the tag's, for {release}"
     slim = "slim" in tag
     return Base(
         image=image,
@@ -209,9 +219,7 @@ def _python(image: str, version: str, tag: str, release: str | None) -> Base:
             ("/usr/local/bin/python3", "/usr/bin/python3"),
         ),
         scripts=(("/usr/local/bin/pip", PIP_SHIM), ("/usr/local/bin/pip3", PIP_SHIM)),
-        note=""
-        if debian_py == version
-        else f"Python {debian_py} (Debian {chosen}'s) for {version}",
+        note=note,
     )
 
 
