@@ -171,24 +171,21 @@ def _bwrap_works(bwrap: str) -> bool:
 
 
 @functools.cache
-def _bwrap_has_perms(bwrap: str) -> bool:
-    """bwrap >= 0.5 sets a tmpfs's mode (`--perms`); older ones make it 0755."""
+def _bwrap_help(bwrap: str) -> str:
+    """bwrap's `--help` (which options it has), "" when it cannot run. `--perms` (0.5+) sets
+    a tmpfs's mode; without it a tmpfs is 0755."""
     try:
         text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "--perms" in text.stdout + text.stderr
+        return ""
+    return text.stdout + text.stderr
 
 
 @functools.cache
 def _bwrap_has_size(bwrap: str) -> bool:
     """bwrap >= 0.7 caps a tmpfs (`--size`); older ones (Ubuntu 22.04's 0.6) leave the tmpfs
     dirs uncapped (the memory cgroup, where there is one, still bounds them)."""
-    try:
-        text = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if "--size" not in text.stdout + text.stderr:
+    if "--size" not in _bwrap_help(bwrap):
         log.warning("skyrl sandbox: %s has no --size; /tmp and /dev/shm are not capped", bwrap)
         return False
     return True
@@ -755,7 +752,7 @@ class Sandbox:
                 if os.path.islink(folder):
                     cmd += ["--symlink", os.readlink(folder), folder]
                 else:
-                    sticky = folder in STICKY_DIRS and _bwrap_has_perms(BWRAP)
+                    sticky = folder in STICKY_DIRS and "--perms" in _bwrap_help(BWRAP)
                     cmd += [*size, *(["--perms", "1777"] if sticky else []), "--tmpfs", folder]
             home = os.environ.get("HOME", "")
             if home.startswith("/") and os.path.isdir(home):
