@@ -149,7 +149,8 @@ GCC13_C_SCRIPT = (
 from a pointer, incompatible pointer types), and C code built on Ubuntu 24.04 has them (lwgrp's
 `lwgrp_largest_pow2_log2_lte`). GCC 14's `-fpermissive` turns them back into warnings in C;
 this writes GCC's built-in specs, with `-fpermissive` added for `.c` files (not C++, where
-it would accept far more), as the `specs` file GCC reads from its own folder. Nothing when gcc is absent."""
+it would accept far more), as the `specs` file GCC reads from its own folder. Nothing when
+gcc is absent."""
 GCC13_C_HOOK = f'chroot "$1" sh -c {shlex.quote(GCC13_C_SCRIPT)}'
 
 
