@@ -145,6 +145,28 @@ def test_stages_and_platforms():
     assert final_base(["golang:1.22 AS build", "build"])[0] == "golang:1.22"
 
 
+def _mmdebstrap_args(tmp_path: Path, monkeypatch, spec) -> list[str]:
+    """The arguments `ensure_rootfs(spec)` gives mmdebstrap. mmdebstrap is a stand-in here
+    (the Debian mirror is not reachable from tests): it records them and makes the tree."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mmdebstrap").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\nfor a; do last2=$last; last=$a; done\n'
+        'mkdir -p "$last2/usr"\n'
+    )
+    (bin_dir / "mmdebstrap").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
+    top = Path(tempfile.mkdtemp(prefix="skyrl-rootfs-args-"))  # sandbox uids reach it
+    top.chmod(0o755)
+    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top))
+    try:
+        ensure_rootfs(spec, network=True)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    return (tmp_path / "args").read_text().splitlines()
+
+
 @pytest.mark.parametrize(
     "run, recommends",
     [
@@ -163,23 +185,7 @@ def test_an_apt_line_without_no_install_recommends_brings_recommends(
     arguments and makes the tree."""
     plan = harbor.plan(tmp_path, f"FROM ubuntu:24.04\n{run}\n", harbor.BuildOptions())
     assert plan.spec is not None and plan.spec.recommends is recommends
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "mmdebstrap").write_text(
-        '#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\nfor a; do last2=$last; last=$a; done\n'
-        'mkdir -p "$last2/usr"\n'
-    )
-    (bin_dir / "mmdebstrap").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
-    top = Path(tempfile.mkdtemp(prefix="skyrl-rootfs-args-"))  # sandbox uids reach it
-    top.chmod(0o755)
-    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top))
-    try:
-        ensure_rootfs(plan.spec, network=True)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-    args = (tmp_path / "args").read_text().splitlines()
+    args = _mmdebstrap_args(tmp_path, monkeypatch, plan.spec)
     assert ('--aptopt=APT::Install-Recommends "true"' in args) is recommends, args
 
 
@@ -381,23 +387,7 @@ def test_ubuntu_24_04s_c_compiler_rules_hold_on_trixies_gcc_14(
     plan = harbor.plan(tmp_path, f"FROM {image}\n{run}\n", harbor.BuildOptions())
     assert plan.spec is not None
     assert (GCC13_C_HOOK in plan.spec.hooks) is permissive, plan.spec
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "mmdebstrap").write_text(
-        '#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGS"\nfor a; do last2=$last; last=$a; done\n'
-        'mkdir -p "$last2/usr"\n'
-    )
-    (bin_dir / "mmdebstrap").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("ARGS", str(tmp_path / "args"))
-    top = Path(tempfile.mkdtemp(prefix="skyrl-rootfs-args-"))
-    top.chmod(0o755)
-    monkeypatch.setenv(ROOTFS_DIR_ENV, str(top))
-    try:
-        ensure_rootfs(plan.spec, network=True)
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
-    args = (tmp_path / "args").read_text()
+    args = _mmdebstrap_args(tmp_path, monkeypatch, plan.spec)
     assert (f"--customize-hook={GCC13_C_HOOK}" in args) is permissive, args
 
 
