@@ -183,9 +183,18 @@ class Bash:
         shell.delaybeforesend = None
         self._shell = shell
         self._send(["stty -onlcr -echo 2>/dev/null; set +o history +H; unset HISTFILE"])
-        status, _, _ = self._collect(time.monotonic() + 30, _Output(4096))
-        if status is None:
-            raise RuntimeError("the sandboxed bash did not start")
+        said = _Output(4096)
+        status, timed_out, _ = self._collect(time.monotonic() + 30, said)
+        if status is None:  # what the sandbox printed on its way out is the cause (bwrap's error)
+            text = " ".join(said.text().split())
+            why = (
+                f"it printed: {text[-300:]}"
+                if text
+                else "no answer in 30 s"
+                if timed_out
+                else "it exited without a word"
+            )
+            raise RuntimeError(f"the sandboxed bash did not start ({why})")
         self._shell_nspid = status  # the handshake reports $$
 
     def _send(self, lines: list[str], status: str = "$$") -> None:

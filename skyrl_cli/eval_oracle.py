@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainers.progress import close_live, phase
+
 AGENTS = ("oracle", "noop")
 _ERROR_LINE = re.compile(r"error|fail|No module named|not found|denied|assert", re.IGNORECASE)
 
@@ -25,6 +27,21 @@ def last_error_line(output: str) -> str:
     return next(
         (ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1] if lines else ""
     )
+
+
+def _say(line: str) -> None:
+    """A result line on stdout at once (a log or pipe sees each task as it ends, not all at
+    exit), below the live line in a terminal."""
+    close_live()
+    print(line, flush=True)
+
+
+def _eta(spent_s: list[float], left: int) -> str:
+    """', ETA 1m20s' from the mean of the episodes so far; '' before the first."""
+    if not spent_s or left <= 0:
+        return ""
+    s = int(sum(spent_s) / len(spent_s) * left)
+    return f", ETA {s // 60}m{s % 60:02d}s"
 
 
 def harbor_tasks(tasks: Path | None, split: str | None) -> tuple[list[Any], dict[str, str]]:
@@ -71,32 +88,38 @@ def run_reference_agent(
     results: dict[str, Any] = {}
     for name, why in skipped.items():
         results[name] = {"reward": None, "not_run": why}
-        print(f"{name}: not run ({why}).")
+        _say(f"{name}: not run ({why}).")
     BUILTINS["shell"].check(sets)  # env.kwargs as train checks them: one sentence, no traceback
     env = ShellEnv(**sets)
+    n = len(tasks)
     try:
         built: dict[str, float] = {}
-        for task in tasks:
+        for i, task in enumerate(tasks, 1):  # a root file system and layers: minutes, said
+            phase(f"image {i}/{n}: {task.id} (built once, then read from the cache)")
             start = time.monotonic()
             img = harbor.image(Path(task.metadata["task_dir"]), env.harbor_options)
             built[task.id] = time.monotonic() - start
             line = harbor.preflight_line(task.id, img)
             if line is not None:
                 blocked[task.id] = line
-                print(f"pre-flight: {line}")
-        for task in tasks:
+                _say(f"pre-flight: {line}")
+        spent: list[float] = []
+        for i, task in enumerate(tasks, 1):
             if task.id in blocked:
                 results[task.id] = {"reward": None, "not_run": blocked[task.id]}
-                print(f"{task.id}: not run (see pre-flight)")
+                _say(f"{task.id}: not run (see pre-flight)")
                 continue
+            left = sum(t.id not in blocked for t in tasks[i - 1 :])
+            phase(f"episode {i}/{n}: {task.id} ({agent}){_eta(spent, left)}")
             start = time.monotonic()
             try:
                 reward, info = _episode(env, task, agent)
             except (RuntimeError, OSError, ValueError) as e:  # this task's sandbox, not the run
                 results[task.id] = {"reward": None, "not_run": f"its episode failed: {e}"}
-                print(f"{task.id}: not run (its episode failed: {e})")
+                _say(f"{task.id}: not run (its episode failed: {e})")
                 continue
             took = time.monotonic() - start
+            spent.append(took)
             if output is not None:
                 env.save_logs(output / task.id)
             results[task.id] = {"reward": reward, "rewards": info["rewards"]}
@@ -105,12 +128,12 @@ def run_reference_agent(
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
             last = last_error_line(info["verifier"]["output"]) if reward <= 0 else ""
             why += f" (verifier: {last})" if last else ""
-            print(f"{task.id}: reward {reward:g} [{named}]{why}")
+            _say(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:
         env.close()
     ran = [r["reward"] for r in results.values() if r["reward"] is not None]
     mean = sum(ran) / len(ran) if ran else 0.0
-    print(
+    _say(
         f"{agent}: mean reward {mean:.3f} over {len(ran)} tasks run, {len(results) - len(ran)} not run"
     )
     summary = {"agent": agent, "results": results, "mean_reward": mean}

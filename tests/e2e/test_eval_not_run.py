@@ -5,9 +5,11 @@ names it and exits non-zero, for every environment, not only the shell's oracle.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
-from tests.conftest import skyrl, stand_in_openai
+from tests.conftest import BIN, skyrl, stand_in_openai
 
 REFUSING_ENV = '''
 import gymnasium as gym
@@ -56,13 +58,13 @@ def test_a_refused_task_makes_eval_exit_non_zero_and_says_why(tmp_path: Path) ->
     assert report["errors"] == 1 and report["accuracy"] == 0.5, report
 
 
-def _harbor_task(root: Path, dockerfile: str) -> None:
+def _harbor_task(root: Path, dockerfile: str, solve: str = "true") -> None:
     for sub in ("tests", "solution", "environment"):
         (root / sub).mkdir(parents=True)
     (root / "instruction.md").write_text("Do it.\n")
     (root / "task.toml").write_text('version = "1.0"\n')
     (root / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
-    (root / "solution" / "solve.sh").write_text("#!/bin/bash\ntrue\n")
+    (root / "solution" / "solve.sh").write_text(f"#!/bin/bash\n{solve}\n")
     (root / "environment" / "Dockerfile").write_text(dockerfile)
 
 
@@ -81,7 +83,48 @@ def test_a_harbor_episode_that_fails_to_start_is_that_tasks_sentence(tmp_path: P
     )  # fmt: skip # the command line reads as typed
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    assert "a-broken: not run (its episode failed: the sandboxed bash did not start)" in done.stdout
+    assert (
+        "a-broken: not run (its episode failed: the sandboxed bash did not start (" in done.stdout
+    )
     assert "b-fine: reward 1" in done.stdout, done.stdout
     results = json.loads((tmp_path / "out" / "summary.json").read_text())["results"]
     assert results["b-fine"]["reward"] == 1 and results["a-broken"]["reward"] is None
+
+
+REFUSES_A_SHELL = (  # passes the build's ENTRYPOINT probe (`/bin/sh -c sleep ...`), refuses bash
+    'FROM debian:bookworm\nENTRYPOINT ["sh", "-c", "case $0 in bash) echo this entrypoint '
+    'wants /etc/app.conf >&2; exit 3;; esac; exec \\"$0\\" \\"$@\\""]\n'
+)
+
+
+def test_a_folder_says_each_phase_and_each_result_as_it_happens(tmp_path: Path) -> None:
+    """Not a terminal (a pipe, as in a log): a plain line on stderr as each task's image is
+    built and as each episode starts, and each task's result on stdout as it ends, not all
+    at exit; a shell that dies at start says what it printed. Before: nothing at all until
+    the whole folder was done (stdout was block-buffered, builds said nothing), and the
+    failure read `the sandboxed bash did not start` with no cause."""
+    _harbor_task(tmp_path / "tasks" / "a-refuses", REFUSES_A_SHELL)
+    _harbor_task(tmp_path / "tasks" / "b-slow", "FROM debian:bookworm\n", solve="sleep 6")
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("PYTHONUNBUFFERED", None)
+    proc = subprocess.Popen(
+        [str(BIN / "skyrl"), "eval", "--env", "shell", "--agent", "oracle", "--tasks", "tasks"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip # the command line reads as typed
+    try:
+        first = proc.stdout.readline()  # type: ignore[union-attr]
+        alive = proc.poll() is None  # b-slow's solution still sleeps: the line came at once
+        out, err = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert first.startswith("a-refuses: not run (its episode failed:"), first + out + err
+    assert (
+        "the sandboxed bash did not start (it printed: this entrypoint wants /etc/app.conf)"
+        in first
+    )
+    assert alive, "the first task's line came only when the command ended"
+    assert "b-slow: reward 1" in out and proc.returncode == 1, out + err
+    lines = err.splitlines()
+    for phase in ("image 1/2: a-refuses", "image 2/2: b-slow", "episode 1/2: a-refuses (oracle)"):
+        assert any(line.startswith(phase) for line in lines), (phase, err)
+    assert any(line.startswith("episode 2/2: b-slow (oracle)") for line in lines), err
