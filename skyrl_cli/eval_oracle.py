@@ -30,10 +30,10 @@ def last_error_line(output: str) -> str:
 
 
 def _say(line: str) -> None:
-    """A result line on stdout at once (a log or pipe sees each task as it ends, not all at
-    exit), below the live line in a terminal."""
+    """A result line on stdout, below the live line in a terminal (stdout is line-buffered
+    by `skyrl_cli.main`, so a log or pipe sees each task as it ends, not all at exit)."""
     close_live()
-    print(line, flush=True)
+    print(line)
 
 
 def _eta(spent_s: list[float], left: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from importlib.metadata import PackageNotFoundError
@@ -39,7 +40,7 @@ app = typer.Typer(
 \b
 Examples:
   skyrl init my-agent                   # scaffold a project
-  skyrl train --env sql                 # DAPO on the bundled SQL tasks (~20-25 min on 2 cores)
+  skyrl train --env sql                 # DAPO on the bundled SQL tasks (~20-28 min on 2 cores)
   skyrl train --env math --model tiny --max-steps 5
   skyrl train --resume runs/<id>        # continue after Ctrl-C, a crash or kill -9
   skyrl runs                            # list runs and their state
@@ -130,6 +131,10 @@ typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[metho
 
 def main() -> None:
     """Run the app; usage errors read like every other error: one `error:` line, exit 2."""
+    # Into a pipe or a log, each line as it is printed (a long eval's per-task lines, a
+    # train's summary), not in blocks of 8 KiB at exit: whoever tails the log sees it now.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
     if os.environ.get("NO_COLOR"):  # no-color.org: no colour; we drop bold and dim as well
         from typer import rich_utils
 

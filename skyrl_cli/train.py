@@ -17,7 +17,7 @@ from skyrl_cli.errors import exit_now, fail
 EXAMPLES = """
 \b
 Examples:
-  skyrl train --env sql                     # bundled SQL suite, smollm2-135m, ~20-25 min on 2 cores
+  skyrl train --env sql                     # bundled SQL suite, smollm2-135m, ~20-28 min on 2 cores
   skyrl train --env math --model tiny --max-steps 5     # seconds: a smoke test
   skyrl train --env my_env --tasks my_tasks.jsonl       # your env (named in skyrl.yaml)
   skyrl train --config skyrl.yaml --set rollout.group_size=8 --set optim.lr=1e-6
