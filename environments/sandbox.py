@@ -46,20 +46,34 @@ import logging
 import os
 import random
 import selectors
-import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from environments import userns
+from environments.sandbox_procs import (
+    SandboxState,
+    all_pids,
+    inner_roots,
+    kill_tree,
+    outputs_of,
+    pids_of_uid,
+    processes,
+    writing_to,
+)
+from environments.sandbox_quota import (
+    PREFIX,
+    grow_tmpfs,
+    make_memory_cgroup,
+    mount_tmpfs,
+    sweep_leftovers,
+)
 
 if TYPE_CHECKING:
     import pexpect
@@ -223,32 +237,6 @@ def _warn_fallback(reason: str) -> None:
         log.warning(message)
 
 
-def _pids() -> list[str]:
-    return [entry for entry in os.listdir("/proc") if entry.isdigit()]
-
-
-def processes_of_uid(uid: int) -> list[tuple[int, int, str]]:
-    """(pid, parent pid, state letter) of every process owned by `uid`, zombies included."""
-    return _processes(lambda owner: owner == uid)
-
-
-def _processes(owned: Callable[[int], bool]) -> list[tuple[int, int, str]]:
-    """(pid, parent pid, state letter) of every process whose uid is `owned`."""
-    found = []
-    for pid in _pids():
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if owned(os.stat(f"/proc/{pid}").st_uid):
-                with open(f"/proc/{pid}/stat") as f:  # "pid (comm) state ppid ..."
-                    fields = f.read().rsplit(")", 1)[1].split()
-                found.append((int(pid), int(fields[1]), fields[0]))
-    return found
-
-
-def pids_of_uid(uid: int, *, zombies: bool = True) -> list[int]:
-    """Pids of the processes owned by `uid` (with or without zombies)."""
-    return [pid for pid, _, state in processes_of_uid(uid) if zombies or state != "Z"]
-
-
 def _searchable(path: Path, uid: int) -> bool:
     st = path.stat()
     return st.st_uid == uid or bool(st.st_mode & 0o001)
@@ -258,7 +246,7 @@ def _claim_uid() -> tuple[int, int]:
     """(uid, lock fd): a uid from UID_RANGE no other live sandbox holds and no process uses."""
     _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
     busy = set()
-    for p in _pids():
+    for p in all_pids():
         with contextlib.suppress(OSError):  # a process may exit between listdir and stat
             busy.add(os.stat(f"/proc/{p}").st_uid)
     start = random.randrange(len(UID_RANGE))
@@ -274,325 +262,6 @@ def _claim_uid() -> tuple[int, int]:
             continue
         return uid, fd
     raise RuntimeError(f"no free sandbox uid in {UID_RANGE.start}..{UID_RANGE.stop - 1}")
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid`: a child drops to it and calls kill(-1)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child only makes syscalls, then exits
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            os.kill(-1, signal.SIGKILL)
-        except BaseException:
-            pass
-        os._exit(0)
-    os.waitpid(pid, 0)
-
-
-# ---------------------------------------------------------------------------- quotas
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MNT_DETACH = 2, 4, 32, 2
-
-
-def _own_cgroup() -> tuple[Path, str] | None:
-    """(folder our process's memory cgroup is in, `v1` or `v2`), or None when there is none."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
-    if (_CGROUP_ROOT / "cgroup.controllers").is_file():  # the unified hierarchy alone
-        path = next((p for n, c, p in entries if n == "0" and c == ""), None)
-        return (_CGROUP_ROOT / path.lstrip("/"), "v2") if path is not None else None
-    v1 = next((p for _, c, p in entries if "memory" in c.split(",")), None)
-    if v1 is not None and (_CGROUP_ROOT / "memory" / "memory.limit_in_bytes").is_file():
-        return _CGROUP_ROOT / "memory" / v1.lstrip("/"), "v1"
-    return None
-
-
-def _make_memory_cgroup(name: str, limit_bytes: int) -> Path | None:
-    """A child memory cgroup of ours capped at `limit_bytes` (swap included), or None where
-    cgroups are absent, read-only, or have no memory controller for us."""
-    own = _own_cgroup()
-    if own is None:
-        return None
-    parent, version = own
-    folder = parent / name
-    try:
-        folder.mkdir()
-    except OSError:
-        return None
-    try:
-        if version == "v2":
-            (folder / "memory.max").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):
-                (folder / "memory.swap.max").write_text("0")
-        else:
-            (folder / "memory.limit_in_bytes").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):  # only with swap accounting on
-                (folder / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
-        os.chmod(folder / "cgroup.procs", 0o600)
-    except OSError as e:
-        log.info("skyrl sandbox: no memory cgroup (%s)", e)
-        _remove_cgroup(folder)
-        return None
-    return folder
-
-
-_PREFIX = "skyrl-sandbox-"
-"""Work dirs and cgroups are named `skyrl-sandbox-<pid of the owner>-...`."""
-
-
-def _dead_owner(name: str) -> bool:
-    """True for `skyrl-sandbox-<pid>-...` when no process <pid> lives (here)."""
-    pid = name.removeprefix(_PREFIX).split("-", 1)[0]
-    return name.startswith(_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
-
-
-@functools.cache
-def _sweep_leftovers() -> None:
-    """Once per process: unmount the tmpfs work dirs, and remove the empty cgroups, of
-    sandboxes whose process died without close() (kill -9): their RAM stays taken else."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            fields = line.split(" - ", 1)
-            mount_point = fields[0].split()[4]
-            ours = len(fields) == 2 and fields[1].split()[:2] == ["tmpfs", "skyrl-sandbox"]
-            if ours and _dead_owner(os.path.basename(mount_point)):
-                _unmount(Path(mount_point))
-                shutil.rmtree(mount_point, ignore_errors=True)
-    own = _own_cgroup()
-    if own is not None:
-        with contextlib.suppress(OSError):
-            for folder in own[0].iterdir():
-                if folder.is_dir() and _dead_owner(folder.name):
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
-
-
-def _remove_cgroup(folder: Path) -> None:
-    for _ in range(200):  # the killed processes leave it within milliseconds
-        try:
-            folder.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.005)
-    log.warning("skyrl sandbox: could not remove the cgroup %s", folder)
-
-
-@functools.cache
-def _libc() -> Any:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _mount_tmpfs(path: Path, size_mb: int, uid: int) -> bool:
-    """Mount a tmpfs of `size_mb` on `path` (owned by `uid`, mode 0700); False if we cannot."""
-    opts = f"size={size_mb}m,mode=0700,uid={uid},gid={uid}".encode()
-    flags = _MS_NOSUID | _MS_NODEV
-    if _libc().mount(b"skyrl-sandbox", bytes(path), b"tmpfs", flags, opts) == 0:
-        return True
-    log.info("skyrl sandbox: no tmpfs work dir (%s)", _errno_text())
-    return False
-
-
-def _errno_text() -> str:
-    import ctypes
-
-    return os.strerror(ctypes.get_errno())
-
-
-def _unmount(path: Path) -> None:
-    if _libc().umount2(bytes(path), _MNT_DETACH) != 0:
-        log.warning("skyrl sandbox: could not unmount %s: %s", path, _errno_text())
-
-
-@dataclass
-class _State:
-    """What cleanup needs, kept apart from the Sandbox so a finalizer can hold it."""
-
-    uid: int | None
-    lock_fd: int | None
-    workdir: Path
-    remove_workdir: bool
-    bwrap: bool
-    cgroup: Path | None = None
-    mounted: bool = False
-    procs: list[Any] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    closed: bool = False
-    netns: subprocess.Popen | None = None
-    """The holder of the sandbox's own network namespace (`Sandbox.own_network`)."""
-    block: range | None = None
-    """Host uids 1..65535 of the sandbox's own user namespace map to (`Sandbox.own_users`)."""
-    block_fd: int | None = None
-    userns_fd: int | None = None
-    """An fd on the sandbox's own user namespace, which lives as long as it is open."""
-    pids: subprocess.Popen | None = None
-    """The holder of the sandbox's PID namespace (`Sandbox.share_pids`): a bwrap whose pid 1
-    (`pids_init`) is that namespace's init; it dies with kill_all, a later command makes one."""
-    pids_init: int | None = None
-    pids_fd: int | None = None
-    """An fd on that PID namespace, for bwrap's `--pidns`."""
-
-    def owns(self, uid: int) -> bool:
-        """True for a host uid the sandbox's processes may run as: its own, or its block's."""
-        return uid == (os.getuid() if self.uid is None else self.uid) or (
-            self.block is not None and uid in self.block
-        )
-
-    def kill_all(self) -> None:
-        with self.lock:
-            procs, self.procs = self.procs, []
-        for proc in procs:
-            _kill_tree(proc, self.owns, self.bwrap, self.pids_init)
-        self.drop_pids()  # before the sweep, which would leave its init to the host's pid 1
-        if self.uid is not None:
-            # anything left (a fallback process that left its session) dies by uid; one of
-            # the block's uids (a process that left its PID namespace's reach) by pid
-            for _ in range(100):
-                left = [p for p, _, state in _processes(self.owns) if state != "Z"]
-                if not left:
-                    break
-                _kill_uid(self.uid)
-                for pid in left:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.005)
-
-    def drop_pids(self) -> None:
-        """End the sandbox's PID namespace, and so every process in it: its init first, which
-        the holder reaps (as `_kill_tree`), then the holder."""
-        if self.pids is not None:
-            if self.pids.poll() is None and self.pids_init is not None:  # alive while it is
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self.pids_init, signal.SIGKILL)
-            if not _exited(self.pids, 1.0):
-                with contextlib.suppress(ProcessLookupError):
-                    self.pids.kill()
-                self.pids.wait()
-        if self.pids_fd is not None:
-            os.close(self.pids_fd)
-        self.pids, self.pids_init, self.pids_fd = None, None, None
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.kill_all()
-        self.closed = True
-        if self.netns is not None:
-            self.netns.kill()
-            self.netns.wait()
-        for fd in (self.userns_fd, self.block_fd):
-            if fd is not None:
-                os.close(fd)
-        self.userns_fd = self.block_fd = None
-        if self.mounted:
-            _unmount(self.workdir)
-        if self.cgroup is not None:
-            _remove_cgroup(self.cgroup)
-        if self.remove_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
-
-
-def _exited(proc: Any, timeout: float) -> bool:
-    """Wait up to `timeout` for a tracked process (Popen or pexpect.spawn) to exit; reap it."""
-    deadline = time.monotonic() + timeout
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        while time.monotonic() <= deadline:
-            if isinstance(proc, subprocess.Popen):
-                return proc.wait(timeout=max(0.0, deadline - time.monotonic())) is not None
-            if not proc.isalive():  # pexpect's isalive() reaps
-                return True
-            time.sleep(0.002)
-    return False
-
-
-def _outputs(proc: Any) -> set[tuple[int, int]]:
-    """(device, inode) of a tracked process's stdout and stderr (our ends of its pipes, or
-    its terminal), which the init of its own PID namespace keeps; /dev/null left out."""
-    found = set()
-    for number, stream in ((1, getattr(proc, "stdout", None)), (2, getattr(proc, "stderr", None))):
-        with contextlib.suppress(OSError, ValueError):
-            if isinstance(proc, subprocess.Popen):
-                if stream is None or stream.closed:
-                    continue
-                st = os.fstat(stream.fileno())
-            else:
-                st = os.stat(f"/proc/{proc.pid}/fd/{number}")
-            if not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat("/dev/null").st_rdev):
-                found.add((st.st_dev, st.st_ino))
-    return found
-
-
-def _writing_to(
-    outputs: set[tuple[int, int]], owned: Callable[[int], bool], parent: int | None = None
-) -> list[int]:
-    """The sandbox's live processes (children of `parent`, if given) whose stdout or stderr
-    is one of `outputs`."""
-    found = []
-    for pid, ppid, state in _processes(owned) if outputs else []:
-        if state == "Z" or (parent is not None and ppid != parent):
-            continue
-        for number in (1, 2):
-            with contextlib.suppress(OSError):
-                st = os.stat(f"/proc/{pid}/fd/{number}")
-                if (st.st_dev, st.st_ino) in outputs:
-                    found.append(pid)
-                    break
-    return found
-
-
-def _inner_roots(
-    proc: Any, owned: Callable[[int], bool], bwrap: bool, adopter: int | None
-) -> list[int]:
-    """The processes that head a tracked command inside the sandbox: bwrap's child (the
-    command, pid 1 of its PID namespace, `--as-pid-1`) or, in the sandbox's PID namespace,
-    the init of the command's own namespace, which bwrap leaves to that namespace's init
-    (`adopter`) and which keeps the command's stdout."""
-    pid = proc.pid
-    roots = [p for p, ppid, _ in _processes(owned) if ppid == pid] if bwrap else []
-    return roots + (_writing_to(_outputs(proc), owned, adopter) if adopter is not None else [])
-
-
-def _kill_tree(
-    proc: Any, owned: Callable[[int], bool], bwrap: bool, adopter: int | None = None
-) -> None:
-    """SIGKILL a tracked process and everything below it, leaving no zombie behind.
-
-    Under bwrap the tracked pid is bwrap's outer process and its one child the command, pid 1
-    of the PID namespace (`--as-pid-1`): killing that child first takes the namespace down
-    (the kernel kills and reaps everything in it), then the outer bwrap reaps it and exits.
-    Killing the outer first would orphan its child to the host's pid 1, which may never
-    reap it (some container inits do not). Then the process group and the process itself.
-    In the sandbox's PID namespace (`adopter`, its init) the command's namespace is headed
-    by bwrap's init there, which that init adopted and reaps: killing it takes the command
-    down; the outer bwrap is killed at once (it would wait for an exit status forever).
-    """
-    children = _inner_roots(proc, owned, bwrap, adopter)
-    for child in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, signal.SIGKILL)
-    if children and adopter is None and _exited(proc, 0.5):
-        return
-    pid = proc.pid
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-    _exited(proc, 5.0)
-    if not isinstance(proc, subprocess.Popen):
-        with contextlib.suppress(Exception):
-            proc.close(force=True)
 
 
 class Sandbox:
@@ -639,8 +308,8 @@ class Sandbox:
         self.uid = uid
         remove = workdir is None
         if remove and uid is not None:
-            _sweep_leftovers()
-        prefix = f"{_PREFIX}{os.getpid()}-"
+            sweep_leftovers()
+        prefix = f"{PREFIX}{os.getpid()}-"
         path = Path(tempfile.mkdtemp(prefix=prefix)) if workdir is None else workdir
         path = path.resolve()
         path.mkdir(parents=True, exist_ok=True)
@@ -659,12 +328,12 @@ class Sandbox:
             for root, dirs, files in os.walk(path):
                 for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
                     os.lchown(name, uid, uid)
-        self.disk_capped = remove and uid is not None and _mount_tmpfs(path, limits.disk_mb, uid)
+        self.disk_capped = remove and uid is not None and mount_tmpfs(path, limits.disk_mb, uid)
         path.chmod(0o700)
         self.workdir = path
         self.inner_workdir = INNER_WORKDIR if self.backend == "bwrap" else str(path)
-        name = f"{_PREFIX}{os.getpid()}-{uid if uid is not None else path.name}"
-        self.memory_cgroup = _make_memory_cgroup(name, limits.memory_mb * 1024 * 1024)
+        name = f"{PREFIX}{os.getpid()}-{uid if uid is not None else path.name}"
+        self.memory_cgroup = make_memory_cgroup(name, limits.memory_mb * 1024 * 1024)
         self.view: list[str] = []
         """Extra bwrap arguments of every command (`environments.harbor`'s image layout)."""
         self.mount_workdir = True
@@ -696,9 +365,9 @@ class Sandbox:
         started, each of them in a PID namespace of its own inside it that cannot see this
         one: a Harbor verifier finds the agent's processes as in Harbor's one container.
         Ignored elsewhere (each command has a PID namespace of its own)."""
-        self._state = _State(uid, lock_fd, path, remove, self.backend == "bwrap")
+        self._state = SandboxState(uid, lock_fd, path, remove, self.backend == "bwrap")
         self._state.cgroup, self._state.mounted = self.memory_cgroup, self.disk_capped
-        self._finalizer = weakref.finalize(self, _State.close, self._state)
+        self._finalizer = weakref.finalize(self, SandboxState.close, self._state)
 
     # ------------------------------------------------------------------------ command lines
 
@@ -828,7 +497,7 @@ class Sandbox:
         )  # fmt: skip # arguments grouped by meaning
         ours, deadline = os.readlink("/proc/self/ns/pid"), time.monotonic() + 5
         while holder.poll() is None and time.monotonic() < deadline:
-            for pid in [p for p, ppid, _ in _processes(self.owns) if ppid == holder.pid]:
+            for pid in [p for p, ppid, _ in processes(self.owns) if ppid == holder.pid]:
                 with contextlib.suppress(OSError):
                     if os.readlink(f"/proc/{pid}/ns/pid") != ours:  # bwrap's pid 1 there
                         fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -849,7 +518,7 @@ class Sandbox:
             proc = next((p for p in self._state.procs if p.pid == host_pid), None)
         if proc is None:
             return []
-        return _inner_roots(proc, self.owns, self.backend == "bwrap", self._state.pids_init)
+        return inner_roots(proc, self.owns, self.backend == "bwrap", self._state.pids_init)
 
     def holder_pids(self) -> set[int]:
         """Host pids of the processes that hold the sandbox's PID namespace (not the agent's:
@@ -860,7 +529,7 @@ class Sandbox:
         held = {state.pids.pid, state.pids_init}
         with contextlib.suppress(OSError):  # the namespace itself, not one inside it
             ns = os.readlink(f"/proc/{state.pids_init}/ns/pid")
-            for pid, ppid, _ in _processes(self.owns):
+            for pid, ppid, _ in processes(self.owns):
                 with contextlib.suppress(OSError):
                     if ppid == state.pids_init and os.readlink(f"/proc/{pid}/ns/pid") == ns:
                         held.add(pid)
@@ -939,7 +608,7 @@ class Sandbox:
                     break
                 ready = sel.select(left if adopter is None else min(left, 0.05))
                 if not ready and adopter is not None and proc.poll() is not None:
-                    for pid in _writing_to(_outputs(proc), self.owns):
+                    for pid in writing_to(outputs_of(proc), self.owns):
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
                     adopter = None
@@ -961,7 +630,7 @@ class Sandbox:
                 returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             timed_out = returncode is None
         if returncode is None:
-            _kill_tree(proc, self._state.owns, self.backend == "bwrap", self._state.pids_init)
+            kill_tree(proc, self._state.owns, self.backend == "bwrap", self._state.pids_init)
         for stream in (proc.stdout, proc.stderr):
             stream.close()
         with self._state.lock, contextlib.suppress(ValueError):
@@ -1066,10 +735,7 @@ class Sandbox:
         """Raise the work dir's cap by `extra_mb` (no-op where it is not capped): room for a
         verifier after kill_all(), when the agent may have filled it."""
         if self.disk_capped:
-            size = f"size={self.limits.disk_mb + extra_mb}m".encode()
-            flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV
-            if _libc().mount(b"skyrl-sandbox", bytes(self.workdir), b"tmpfs", flags, size) != 0:
-                log.warning("skyrl sandbox: could not grow %s: %s", self.workdir, _errno_text())
+            grow_tmpfs(self.workdir, self.limits.disk_mb + extra_mb)
 
     def close(self) -> None:
         """kill_all, then remove the work dir (if the sandbox made it); idempotent."""

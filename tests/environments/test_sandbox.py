@@ -313,7 +313,7 @@ def peak_rss_mb(uid: int, stop: threading.Event, peak: list[float]) -> None:
 def test_memory_limit_holds_for_the_whole_sandbox(monkeypatch: pytest.MonkeyPatch, cgroup: bool):
     """Four children of 250 MB each against memory_mb=512: together they stay under it."""
     if not cgroup:  # as where /sys/fs/cgroup is read-only
-        monkeypatch.setattr(sandbox_mod, "_make_memory_cgroup", lambda name, limit: None)
+        monkeypatch.setattr(sandbox_mod, "make_memory_cgroup", lambda name, limit: None)
     with Sandbox(Limits(memory_mb=512, timeout_s=15)) as box:
         assert box.uid is not None
         if cgroup and box.memory_cgroup is None:
@@ -353,7 +353,7 @@ def test_a_killed_owner_leaves_nothing_behind_for_long(monkeypatch: pytest.Monke
     workdir, cgroup, capped = out.stdout.split()
     assert capped == "True" and Path(workdir).is_dir()
     assert workdir in Path("/proc/self/mountinfo").read_text()
-    monkeypatch.setattr(sandbox_mod, "_sweep_leftovers", sandbox_mod._sweep_leftovers.__wrapped__)
+    monkeypatch.setattr(sandbox_mod, "sweep_leftovers", sandbox_mod.sweep_leftovers.__wrapped__)
     with Sandbox():
         pass
     assert workdir not in Path("/proc/self/mountinfo").read_text()
