@@ -50,6 +50,7 @@ from environments.sql_grade import (
     remove_distinct,
 )
 from environments.sql_guard import QueryError, check_read_only, open_read_only, run_query
+from environments.sql_probes import PROBE_WHEN, tables_to_probe
 from environments.sql_schema import GOLD_TIME_FACTOR, SCHEMA_FORMATS, format_table, schema
 from tasks.task import Task
 
@@ -251,6 +252,7 @@ class SQLEnv(gym.Env):
         schema_format: str | None = None,
         sample_rows: int | None = None,
         probe_share: float = 0.0,
+        probe_when: str = "random",
         schema_link_weight: float = 0.0,
         **kwargs: Any,
     ) -> None:
@@ -289,6 +291,10 @@ class SQLEnv(gym.Env):
         self.probe_share = text_env.in_range("probe_share", probe_share, 0, 1)
         """Share of warm-up demonstrations (seeded per task id) that first look at the gold
         query's tables with `<sql>SELECT * FROM T LIMIT 3</sql>` (one or two), then answer."""
+        self.probe_when = text_env.one_of("probe_when", probe_when, PROBE_WHEN)
+        """Which of them: `random` (any task), or `unsure`: only tasks whose gold query uses a
+        table or column the question does not name, and then those tables
+        (`environments.sql_probes`)."""
         self.schema_link_weight = text_env.in_range("schema_link_weight", schema_link_weight, 0, 1)
         """Weight of the schema-linking term added to every graded <solution>'s reward:
         reward = execution reward + weight x `schema_link` (0 = execution match alone)."""
@@ -367,22 +373,18 @@ class SQLEnv(gym.Env):
         if database:
             answer = gold_sql(task, resolve_target(str(database), self.dsn))
         solution = text_env.tag_demonstration("solution", answer, self.response_prefix)
-        probes = self._probes(task.id, answer) if solution is not None else []
+        probes = self._probes(task, answer) if solution is not None else []
         return [*probes, solution] if probes and solution is not None else solution
 
-    def _probes(self, task_id: str, answer: str) -> list[str]:
-        """The probes of a looking demonstration: for a seeded `probe_share` of tasks, the
-        rows of the gold query's first table (and, for half of the joins, of its second),
-        within the turns an episode has before its answer. None where the response prefix
-        leaves no room for an `<sql>` tag."""
-        rng = random.Random(f"skyrl-sql-probe-{task_id}")
+    def _probes(self, task: Task, answer: str) -> list[str]:
+        """The probes of a looking demonstration: for a seeded `probe_share` of tasks (of the
+        unsure ones, with `probe_when: unsure`), the rows of the first table to look at (and,
+        for half of those with two or more, of the second), within the turns an episode has
+        before its answer. None where the response prefix leaves no room for an `<sql>` tag."""
+        rng = random.Random(f"skyrl-sql-probe-{task.id}")
         if self.max_turns < 2 or rng.random() >= self.probe_share:
             return []
-        try:
-            tree = sqlglot.parse_one(answer)
-        except sqlglot.errors.ParseError:
-            return []
-        tables = list(dict.fromkeys(t.name for t in tree.find_all(exp.Table)))
+        tables = tables_to_probe(answer, str(task.prompt), self.probe_when)
         k = 2 if len(tables) > 1 and self.max_turns > 2 and rng.random() < 0.5 else 1
         probes = [
             text_env.tag_demonstration("sql", f"SELECT * FROM {t} LIMIT 3", self.response_prefix)
