@@ -59,11 +59,10 @@ from typing import Any
 
 from environments.rootfs import RootfsError, RootfsSpec, ensure_rootfs, python_release
 from environments.sandbox import BACKEND_ENV, Limits, Sandbox, bwrap_available
+from environments.swe_pyenv import PIP_FIND_LINKS_ENV, PIP_INDEX_ENV  # one pair for both paths
 from tasks.swe.build import run_git
 from tasks.swe.official import Spec, conda_packages, requirements
 
-PIP_INDEX_ENV = "SKYRL_SWE_PIP_INDEX"
-PIP_FIND_LINKS_ENV = "SKYRL_SWE_PIP_FIND_LINKS"
 ROOTFS_PACKAGES = ("python3", "python3-pip", "python3-dev", "build-essential",
                    "git", "patch", "ca-certificates", "locales")  # fmt: skip # a package list
 """What a root file system for SWE-bench rows holds (the official images' build tools)."""
