@@ -66,9 +66,12 @@ def tables_to_probe(gold_sql: str, question: str, when: str) -> list[str]:
     alias = {t.alias_or_name: t.name for t in tree.find_all(exp.Table)}
     unsure = {t for t in tables if not named(t, words)}
     for column in tree.find_all(exp.Column):
-        if column.name and column.name != "*" and not named(column.name, words):
-            owner = alias.get(column.table, tables[0]) if column.table else None
-            unsure.add(owner if owner is not None else tables[0] if len(tables) == 1 else "")
-    if "" in unsure:  # an unqualified column of a join: its table is not written; look at all
-        return tables
+        if column.name in ("", "*") or named(column.name, words):
+            continue
+        if column.table:
+            unsure.add(alias.get(column.table, tables[0]))
+        elif len(tables) == 1:
+            unsure.add(tables[0])
+        else:  # an unqualified column of a join: its table is not written; look at all
+            return tables
     return [t for t in tables if t in unsure]
