@@ -95,7 +95,8 @@ class Base:
     hooks: tuple[str, ...] = ()
     """Commands run on the built root file system (`RootfsSpec.hooks`)."""
     note: str = field(default="", compare=False)
-    """How it differs from the real image (a Python version), for the build log."""
+    """How it differs from the real image (a Python version, a digest read as a tag): the
+    eval line of a task that scores 0 shows it (`harbor.stand_in`)."""
 
     def spec(self) -> RootfsSpec:
         packages = tuple(sorted({*BASE_PACKAGES, *self.packages}))
@@ -227,6 +228,15 @@ def _python(image: str, version: str, tag: str, release: str | None) -> Base:
 def base_for(name: str) -> Base | None:
     """What stands in for the image `name` (`python:3.12-slim`, `docker.io/library/debian`),
     or None when the table does not know it."""
+    base = _base_for(name)
+    digest_only = "@sha256:" in name and ":" not in name.split("@", 1)[0].rsplit("/", 1)[-1]
+    if base is None or not digest_only:
+        return base
+    why = f"a digest with no tag, read as {base.image} (Debian {base.release}; a digest cannot be resolved offline)"
+    return dataclasses.replace(base, note=f"{why}; {base.note}" if base.note else why)
+
+
+def _base_for(name: str) -> Base | None:
     ref = re.sub(r"@sha256:[0-9a-f]+$", "", name.strip().lower())
     ref = re.sub(MIRRORS, "", ref)  # Docker Hub and its public mirrors
     ref = ref.removeprefix("library/")

@@ -192,6 +192,16 @@ def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
     return built
 
 
+def stand_in(task_dir: Path) -> str:
+    """How what stands in for the task's FROM differs from the real image ('' where it is
+    the image, or the host): the cause a 0 may have that no log of the task shows."""
+    task_dir = Path(task_dir).resolve()
+    _, dockerfile = main_build(task_dir)
+    text = dockerfile_of(task_dir) if dockerfile is None else _read_dockerfile(dockerfile)
+    base = plan(task_dir, text, BuildOptions()).base
+    return base.note if base is not None else ""
+
+
 def main_build(task_dir: Path) -> tuple[Path, Path | None]:
     """The context and Dockerfile that the task's compose file builds `main` from (default:
     environment/ and the task's Dockerfile, None); a compose file that cannot be read here

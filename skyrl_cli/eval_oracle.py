@@ -44,6 +44,19 @@ def _eta(spent_s: list[float], left: int) -> str:
     return f", ETA {s // 60}m{s % 60:02d}s"
 
 
+def _why_zero(verifier_output: str, stand_in: str) -> str:
+    """What a 0's line adds: the verifier's last error line, and how the image's stand-in
+    differs from the real image (a Python version, a digest read as a tag), where it does."""
+    last = last_error_line(verifier_output)
+    return (f" (verifier: {last})" if last else "") + (
+        f" (stand-in: {stand_in})" if stand_in else ""
+    )
+
+
+def _task_dir(task: Any) -> Path:
+    return Path(task.metadata["task_dir"])
+
+
 def harbor_tasks(tasks: Path | None, split: str | None) -> tuple[list[Any], dict[str, str]]:
     """The bundled split, or the Harbor folder(s) at `tasks` (a task, or a folder of them),
     and the folders of a folder that cannot load (name -> why): those are skipped, reported
@@ -97,7 +110,7 @@ def run_reference_agent(
         for i, task in enumerate(tasks, 1):  # a root file system and layers: minutes, said
             phase(f"image {i}/{n}: {task.id} (built once, then read from the cache)")
             start = time.monotonic()
-            img = harbor.image(Path(task.metadata["task_dir"]), env.harbor_options)
+            img = harbor.image(_task_dir(task), env.harbor_options)
             built[task.id] = time.monotonic() - start
             line = harbor.preflight_line(task.id, img)
             if line is not None:
@@ -126,8 +139,8 @@ def run_reference_agent(
             results[task.id] |= {"build_s": round(built[task.id], 1), "episode_s": round(took, 1)}
             named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
-            last = last_error_line(info["verifier"]["output"]) if reward <= 0 else ""
-            why += f" (verifier: {last})" if last else ""
+            if reward <= 0:
+                why += _why_zero(info["verifier"]["output"], harbor.stand_in(_task_dir(task)))
             _say(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:
         env.close()

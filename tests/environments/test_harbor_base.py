@@ -249,6 +249,56 @@ def test_run_and_oracle_run_inside_the_base_images_root(tmp_path, fake_root):
         env.close()
 
 
+DIGEST = "@sha256:" + "0d39" * 16
+
+
+@pytest.mark.parametrize(
+    ("image", "note"),
+    [
+        (f"python{DIGEST}", "a digest with no tag, read as python:latest (Debian trixie; "),
+        (f"python:3.12-slim{DIGEST}", "Python 3.13 (Debian trixie's) for 3.12"),
+        (f"python:3.13-slim{DIGEST}", ""),
+        (f"docker.io/library/debian{DIGEST}", "read as debian:latest (Debian trixie; "),
+    ],
+)
+def test_a_digest_with_no_tag_says_what_it_was_read_as(image, note):
+    """psij-recovery-pipeline's `python@sha256:...` (Python 3.10 by its notes) ran on
+    trixie's 3.13, without distutils, and scored 0 with only the verifier's import error to
+    say why. A digest cannot be resolved offline; the stand-in says what it read instead."""
+    base = base_for(image)
+    assert base is not None
+    assert (note in base.note) if note else base.note == "", base.note
+
+
+def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake_root, capsys):
+    """`skyrl eval --agent oracle`: a task that scores 0 on a stand-in that is not its image
+    (here a digest read as debian:latest) has that on its line, after the verifier's error;
+    one whose FROM is stood in exactly has none."""
+    from environments.rootfs import rootfs_dir
+    from skyrl_cli.eval_oracle import run_reference_agent
+
+    latest = base_for(f"debian{DIGEST}")
+    assert latest is not None
+    target = rootfs_dir(latest.spec())
+    target.mkdir(parents=True)
+    fake_rootfs.build(target)  # as debian:bookworm's: found, so nothing is fetched
+    failing = "#!/bin/bash\necho 'AssertionError: wrong' >&2\necho 0 > /logs/verifier/reward.txt\n"
+    tasks = []
+    for name, image in (("digest", f"debian{DIGEST}"), ("tagged", "debian:bookworm")):
+        _task(tmp_path / name, f"FROM {image}\nWORKDIR /app\n")
+        (tmp_path / name / "tests" / "test.sh").write_text(failing)
+        tasks.append(load_harbor_task(tmp_path / name))
+    run_reference_agent("oracle", tasks, {}, {"timeout_s": 20})
+    out = capsys.readouterr().out.splitlines()
+    digest_line = next(line for line in out if line.startswith("digest: reward 0"))
+    assert digest_line.endswith(
+        "(verifier: AssertionError: wrong) (stand-in: a digest with no tag, read as "
+        "debian:latest (Debian trixie; a digest cannot be resolved offline))"
+    ), digest_line
+    tagged_line = next(line for line in out if line.startswith("tagged: reward 0"))
+    assert "stand-in" not in tagged_line, tagged_line
+
+
 def test_an_unknown_base_image_is_one_preflight_sentence(tmp_path, fake_root):
     task = _task(tmp_path / "t", "FROM alpine:3.20\nWORKDIR /app\n")
     img = harbor.image(Path(task.metadata["task_dir"]))
