@@ -4,9 +4,9 @@ probe_when=...)`): pure functions of the gold query and the question.
 `random` probes the gold query's tables for a seeded share of tasks, whatever the question
 says. `unsure` probes only where the question does not name what the answer needs: a table
 or column of the gold query is *named* when every word of it (split at `_` and at camelCase,
-lower case) is a word of the question, plurals folded (`orderItems` is named by "order
-items"; `n_food_kg`, `cty` and `alert` are not named by "food in kilograms", "cities" or
-"warnings"). A demonstration then looks before answering exactly where a reader would be
+lower case) is a word of the question, plurals folded, `id` and `name` always (`orderItems`
+is named by "order items"; `n_food_kg`, `cty` and `alert` are not named by "food in
+kilograms", "cities" or "warnings"). A demonstration then looks before answering exactly where a reader would be
 unsure, which is what a policy has to learn for schemas named unlike its train databases.
 
     tables_to_probe("SELECT SUM(n_food_kg) FROM t_feeding", "Add up the food ...", "unsure")
@@ -24,6 +24,9 @@ PROBE_WHEN = ("random", "unsure")
 """`random`: a seeded share of tasks probes; `unsure`: that share of the tasks whose gold
 query uses a table or column the question does not name."""
 
+GENERIC = frozenset({"id", "name"})
+"""Words nearly every schema uses for keys and labels and few questions say ("the passenger
+Lucia Larsen" filters on `name`): named whatever the question says."""
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -46,9 +49,10 @@ def identifier_words(name: str) -> list[str]:
 
 
 def named(name: str, words: set[str]) -> bool:
-    """True when every word of identifier `name` is one of the question's `words`."""
+    """True when every word of identifier `name` is one of the question's `words` (or
+    `GENERIC`): `passenger_id` is named by "passengers", `stn_name` is not."""
     parts = identifier_words(name)
-    return bool(parts) and all(p in words for p in parts)
+    return bool(parts) and all(p in words or p in GENERIC for p in parts)
 
 
 def tables_to_probe(gold_sql: str, question: str, when: str) -> list[str]:
