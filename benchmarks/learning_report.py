@@ -43,6 +43,7 @@ def table(seeds: list[Seed]) -> str:
         f" | {_ms([100 * s.final['accuracy'] for s in seeds])} | {_ms([s.delta for s in seeds])} | | |"
     )
     rows += probe_table(seeds, start)
+    rows += unsure_table(seeds, start)
     dbs = sorted(set().union(*(s.final.get("by_database", {}) for s in seeds)))
     if dbs:
         rows += [
@@ -246,6 +247,51 @@ def probe_table(seeds: list[Seed], start: str) -> list[str]:
         f" | {_ms([s.final_probes.rate for s in seeds])} | | |"
     )
     return rows
+
+
+def unsure_table(seeds: list[Seed], start: str) -> list[str]:
+    """Per seed, at both checkpoints: the probe rate on the eval tasks whose question does
+    not name a table or column of the gold query (`probe_when: unsure`'s rule,
+    environments/sql_probes.py) and on the others. A policy that learned when to look
+    probes more on the first; one that probes always or never has the same rate on both."""
+    if not any(s.final_probes.sql_tagged for s in seeds):
+        return []
+    unsure = _unsure_tasks(str(seeds[0].final.get("split", "dev")))
+    if not unsure:
+        return []
+    rows = [
+        "",
+        "probes where the question does not name the answer's tables or columns (unsure) and"
+        " where it does (named); eval episodes in brackets",
+        "",
+        f"| seed | probed % unsure ({start}) | probed % named ({start}) | probed % unsure (final)"
+        " | probed % named (final) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in seeds:
+        cells = []
+        for p in (s.start_probes, s.final_probes):
+            for want in (True, False):
+                mine = [probed for task, probed in p.episodes if unsure.get(task) is want]
+                cells.append(f"{100 * sum(mine) / len(mine):.1f} ({len(mine)})" if mine else "-")
+        rows.append(f"| {s.seed} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _unsure_tasks(split: str) -> dict[str, bool]:
+    """Task id -> unsure, for a bundled SQL split ({} for any other split)."""
+    from environments.sql_probes import tables_to_probe
+    from tasks.sql import load_suite
+
+    try:
+        tasks = load_suite(split)
+    except ValueError:
+        return {}
+    return {
+        t.id: bool(tables_to_probe(t.answer, str(t.prompt), "unsure"))
+        for t in tasks
+        if isinstance(t.answer, str)
+    }
 
 
 def _db_probe_rate(p: Probes, db: str) -> float | None:

@@ -351,3 +351,29 @@ def test_learning_report_says_why_each_databases_answers_were_wrong(tmp_path):
     ), out
     assert "| transfer-dev | weather | 8 | 2 | 2 | 2 | 2 | 0 | 0 |" in out, out
     assert "| transfer-dev | zoo | 4 | 0 | 0 | 0 | 0 | 2 | 2 |" in out, out
+
+
+def test_learning_report_splits_the_probe_rate_by_whether_the_question_names_the_answer(
+    tmp_path,
+):
+    """The probe rate on the eval tasks whose question leaves the answer's tables or columns
+    unnamed (`probe_when: unsure`'s rule) and on the others, at both checkpoints: whether a
+    policy learned when to look. sql-weather-0000/0001 are unsure (`opened_yr`, `alert`),
+    sql-airline-0007 is named ("highest price of any booking": MAX(price) FROM bookings)."""
+    probe, answer = "<sql>SELECT * FROM station LIMIT 3</sql>", "<solution>SELECT 1</solution>"
+    ev = tmp_path / "runs" / "sql-0" / "eval"
+    ev.mkdir(parents=True)
+    start = [
+        _episode(t, [answer], False)
+        for t in ("sql-weather-0000", "sql-weather-0001", "sql-airline-0007")
+    ]
+    final = [
+        _episode("sql-weather-0000", [probe, answer], True),
+        _episode("sql-weather-0001", [answer], False),
+        _episode("sql-airline-0007", [answer], True),
+    ]
+    _write_eval(ev, "warmup", start, {"weather": 0.0, "airline": 0.0})
+    _write_eval(ev, "after", final, {"weather": 0.5, "airline": 1.0})
+    _finish_run(ev.parent, 0)
+    out = _report(tmp_path)
+    assert "| 0 | 0.0 (2) | 0.0 (1) | 50.0 (2) | 0.0 (1) |" in out, out
