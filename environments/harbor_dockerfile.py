@@ -93,7 +93,8 @@ class Image:
 def _instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of a Dockerfile, continuation lines joined, comments dropped;
     a RUN's heredocs (BuildKit's `RUN python3 - <<'EOF'` ... `EOF`) kept in its arguments,
-    lines as written, for the shell that runs it."""
+    lines as written, for the shell that runs it. By hand: dockerfile-parse 2.0.1 (the
+    newest) reads a heredoc's body as instructions (`print("hi")` as PRINT, `RUN = 1` as RUN)."""
     steps: list[tuple[str, str]] = []
     current = ""
     lines = text.splitlines()
