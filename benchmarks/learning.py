@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script, or imported
 from benchmarks.learning_episodes import Checkpoint, Probes, Seed, probes  # noqa: E402
-from benchmarks.learning_report import plot, table  # noqa: E402
+from benchmarks.learning_report import paired_table, plot, table  # noqa: E402
 
 ALL_TASKS = 100_000  # eval.limit wide enough for any bundled split
 
@@ -102,6 +102,11 @@ def read(run: Path) -> Seed:
     s.evals.append((s.final.get("step", s.curve[-1][0] if s.curve else 0), s.final["accuracy"]))
     s.extra = _read_extra(ev)
     return s
+
+
+def read_all(folder: Path) -> list[Seed]:
+    """Every finished run in `folder` (a runs dir, or a folder of links to run dirs)."""
+    return [read(d) for d in sorted(folder.iterdir()) if (d / "metrics.jsonl").exists()]
 
 
 def score_split(s: Seed, split: str) -> None:
@@ -174,6 +179,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="training's output to stderr")
     p.add_argument("--report", type=Path, default=None, help="only read the runs in this folder")
     p.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="a folder of finished runs of the same seeds without the change: a paired table",
+    )
+    p.add_argument(
         "--test-split",
         default=None,
         help="also score the warm-up and final checkpoints on this split (e.g. transfer-test); "
@@ -188,8 +199,7 @@ def main() -> None:
         args.env = "sql"
     name = args.report.name if args.report else args.config or args.env
     if args.report:
-        runs = sorted(d for d in args.report.iterdir() if (d / "metrics.jsonl").exists())
-        seeds = [read(d) for d in runs]
+        seeds = read_all(args.report)
     else:
         root = args.runs_dir or Path("runs-learning") / Path(name).stem
         seeds = []
@@ -203,6 +213,8 @@ def main() -> None:
     if not seeds:
         raise SystemExit("error: no finished runs to report")
     print(table(seeds))
+    if args.against:
+        print(paired_table(read_all(args.against), seeds))
     plot(
         seeds, args.png or Path("docs") / f"learning-{Path(name).stem}.png", f"skyrl train: {name}"
     )

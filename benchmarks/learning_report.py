@@ -71,6 +71,55 @@ def table(seeds: list[Seed]) -> str:
     return "\n".join(rows)
 
 
+def paired_table(base: list[Seed], lever: list[Seed]) -> str:
+    """A lever against its recipe, seed by seed (`--against`): the same seed gives the same
+    warm-up checkpoint, so the final accuracy's difference is the RL phase's change alone.
+    Per seed both runs' warm-up, final and RL delta; then per database the mean final
+    accuracy of each side and the mean ± std of the paired difference."""
+    by_seed = {s.seed: s for s in base}
+    pairs = [(by_seed[s.seed], s) for s in lever if s.seed in by_seed]
+    missing = sorted(s.seed for s in lever if s.seed not in by_seed)
+    rows = [
+        "",
+        "paired with the runs of --against (the same seeds without the change): base / lever",
+        "",
+        "| seed | warm-up % | final % | RL delta (points) | final difference (points) |",
+        "|---|---|---|---|---|",
+    ]
+    if missing:
+        rows.insert(1, f"(no run of seeds {', '.join(map(str, missing))} in --against)")
+    diffs = []
+    for b, v in pairs:
+        diff = 100 * (v.final["accuracy"] - b.final["accuracy"])
+        diffs.append(diff)
+        rows.append(
+            f"| {v.seed} | {100 * b.start['accuracy']:.1f} / {100 * v.start['accuracy']:.1f}"
+            f" | {100 * b.final['accuracy']:.1f} / {100 * v.final['accuracy']:.1f}"
+            f" | {b.delta:+.1f} / {v.delta:+.1f} | {diff:+.1f} |"
+        )
+    if not pairs:
+        return "\n".join(rows)
+    rows.append(
+        f"| mean ± std | | | {_ms([b.delta for b, _ in pairs])} / {_ms([v.delta for _, v in pairs])}"
+        f" | {_ms(diffs)} |"
+    )
+    dbs = sorted(set().union(*(v.final.get("by_database", {}) for _, v in pairs)))
+    if dbs:
+        rows += [
+            "",
+            "| database | final % base (mean) | final % lever (mean) | difference (mean ± std) |",
+            "|---|---|---|---|",
+        ]
+        for db in dbs:
+            a = [100 * b.final.get("by_database", {}).get(db, 0.0) for b, _ in pairs]
+            c = [100 * v.final.get("by_database", {}).get(db, 0.0) for _, v in pairs]
+            d = [y - x for x, y in zip(a, c, strict=True)]
+            rows.append(
+                f"| {db} | {statistics.mean(a):.1f} | {statistics.mean(c):.1f} | {_ms(d)} |"
+            )
+    return "\n".join(rows)
+
+
 def _extra_splits(seeds: list[Seed]) -> list[str]:
     """The other splits (`--test-split`) any seed was scored on, sorted."""
     return sorted(set().union(*(s.extra for s in seeds)))

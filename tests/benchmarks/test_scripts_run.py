@@ -377,3 +377,31 @@ def test_learning_report_splits_the_probe_rate_by_whether_the_question_names_the
     _finish_run(ev.parent, 0)
     out = _report(tmp_path)
     assert "| 0 | 0.0 (2) | 0.0 (1) | 50.0 (2) | 0.0 (1) |" in out, out
+
+
+def test_learning_report_pairs_a_lever_with_the_same_seeds_of_its_recipe(tmp_path):
+    """`--report LEVER --against BASE`: seed by seed, both runs' warm-up, final and RL delta
+    and the final difference; then per database the mean final accuracy of each side and
+    the paired difference's mean ± std. A seed the base lacks is named, not paired."""
+    answer = "<solution>SELECT 1</solution>"
+    finals = {"base": {0: 0.20, 1: 0.30}, "lever": {0: 0.10, 1: 0.40, 2: 0.5}}
+    for side, by_seed in finals.items():
+        for seed, acc in by_seed.items():
+            ev = tmp_path / side / f"sql-{seed}" / "eval"
+            ev.mkdir(parents=True)
+            eps = [_episode("sql-weather-0000", [answer], False)]
+            _write_eval(ev, "warmup", eps, {"weather": 0.1 * (seed + 1)})
+            _write_eval(ev, "after", eps, {"weather": acc})
+            _finish_run(ev.parent, seed)
+    out = _run(
+        "benchmarks/learning.py",
+        *("--report", str(tmp_path / "lever"), "--against", str(tmp_path / "base")),
+        *("--png", str(tmp_path / "curve.png")),
+        home=tmp_path,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    assert "(no run of seeds 2 in --against)" in out, out
+    assert "| 0 | 10.0 / 10.0 | 20.0 / 10.0 | +10.0 / +0.0 | -10.0 |" in out, out
+    assert "| 1 | 20.0 / 20.0 | 30.0 / 40.0 | +10.0 / +20.0 | +10.0 |" in out, out
+    assert "| mean ± std | | | 10.0 ± 0.0 / 10.0 ± 14.1 | 0.0 ± 14.1 |" in out, out
+    assert "| weather | 25.0 | 25.0 | 0.0 ± 14.1 |" in out, out
