@@ -202,6 +202,34 @@ def stand_in(task_dir: Path) -> str:
     return base.note if base is not None else ""
 
 
+def short_of(task_dir: Path) -> str:
+    """Where task.toml's `[environment]` asks for more CPUs or memory than this machine has
+    ('' where it does not): a cause a timed verifier's 0 may have that no log shows."""
+    import tomllib
+
+    try:
+        env = tomllib.loads((Path(task_dir) / "task.toml").read_text()).get("environment", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    cpus, mb = (
+        len(os.sched_getaffinity(0)),
+        os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") >> 20,
+    )
+    asks, has = [], []
+    if float(env.get("cpus", 0)) > cpus:
+        asks.append(f"{float(env['cpus']):.10g} CPUs")
+        has.append(f"{cpus} CPUs")
+    if float(env.get("memory_mb", 0)) > mb:
+        asks.append(f"{float(env['memory_mb']):.10g} MB of memory")
+        has.append(f"{mb} MB of memory")
+    if not asks:
+        return ""
+    return (
+        f"the task asks for {' and '.join(asks)}, this machine has {' and '.join(has)}; "
+        "timings and limits may not hold"
+    )
+
+
 def main_build(task_dir: Path) -> tuple[Path, Path | None]:
     """The context and Dockerfile that the task's compose file builds `main` from (default:
     environment/ and the task's Dockerfile, None); a compose file that cannot be read here

@@ -44,12 +44,15 @@ def _eta(spent_s: list[float], left: int) -> str:
     return f", ETA {s // 60}m{s % 60:02d}s"
 
 
-def _why_zero(verifier_output: str, stand_in: str) -> str:
-    """What a 0's line adds: the verifier's last error line, and how the image's stand-in
-    differs from the real image (a Python version, a digest read as a tag), where it does."""
+def _why_zero(verifier_output: str, stand_in: str, short_of: str = "") -> str:
+    """What a 0's line adds: the verifier's last error line, how the image's stand-in
+    differs from the real image (a Python version, a digest read as a tag), and the CPUs or
+    memory task.toml asks for beyond the machine's, where they do."""
     last = last_error_line(verifier_output)
-    return (f" (verifier: {last})" if last else "") + (
-        f" (stand-in: {stand_in})" if stand_in else ""
+    return (
+        (f" (verifier: {last})" if last else "")
+        + (f" (stand-in: {stand_in})" if stand_in else "")
+        + (f" (machine: {short_of})" if short_of else "")
     )
 
 
@@ -140,7 +143,11 @@ def run_reference_agent(
             named = ", ".join(f"{k}={v:g}" for k, v in info["rewards"].items())
             why = f" ({info['reward_error']})" if info["reward_error"] else ""
             if reward <= 0:
-                why += _why_zero(info["verifier"]["output"], harbor.stand_in(_task_dir(task)))
+                why += _why_zero(
+                    info["verifier"]["output"],
+                    harbor.stand_in(_task_dir(task)),
+                    harbor.short_of(_task_dir(task)),
+                )
             _say(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:
         env.close()

@@ -7,6 +7,7 @@ No test reaches the Debian mirror: the root file system here is FAKE (`fake_root
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -297,6 +298,37 @@ def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake
     ), digest_line
     tagged_line = next(line for line in out if line.startswith("tagged: reward 0"))
     assert "stand-in" not in tagged_line, tagged_line
+
+
+def test_a_zero_on_a_task_that_asks_for_more_cpus_than_the_machine_has_says_so(
+    tmp_path, fake_root, capsys
+):
+    """durable-relay-integrity asks for `cpus = 4` in task.toml and its verifier times its
+    service to 250 ms; on this machine's 2 cores its oracle scored 1 in 3 of 5 runs, each 0
+    with only a broken pipe to say why. A 0 on a task that asks for more CPUs or memory than
+    the machine has says so after the verifier's error; one that asks for what it has does
+    not."""
+    from skyrl_cli.eval_oracle import run_reference_agent
+
+    failing = "#!/bin/bash\necho 'write x: broken pipe' >&2\necho 0 > /logs/verifier/reward.txt\n"
+    tasks = []
+    for name, table in (("big", "cpus = 1000\nmemory_mb = 16000000\n"), ("small", "cpus = 1\n")):
+        _task(tmp_path / name, "FROM debian:bookworm\nWORKDIR /app\n")
+        toml = tmp_path / name / "task.toml"
+        toml.write_text(toml.read_text() + "[environment]\n" + table)
+        (tmp_path / name / "tests" / "test.sh").write_text(failing)
+        tasks.append(load_harbor_task(tmp_path / name))
+    run_reference_agent("oracle", tasks, {}, {"timeout_s": 20})
+    out = capsys.readouterr().out.splitlines()
+    big = next(line for line in out if line.startswith("big: reward 0"))
+    cores = len(os.sched_getaffinity(0))
+    assert (
+        f"(verifier: write x: broken pipe) (machine: the task asks for 1000 CPUs and "
+        f"16000000 MB of memory, this machine has {cores} CPUs and "
+    ) in big, big
+    assert re.search(r"and \d+ MB of memory; timings and limits may not hold\)$", big), big
+    small = next(line for line in out if line.startswith("small: reward 0"))
+    assert "machine:" not in small, small
 
 
 def test_an_unknown_base_image_is_one_preflight_sentence(tmp_path, fake_root):
