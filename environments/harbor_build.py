@@ -406,6 +406,12 @@ def _run_step(
     result = sandbox.run(command, timeout=BUILD_TIMEOUT_S, tail=True)  # no cap, as docker build
     sandbox.kill_all()
     if result.returncode == 0:
+        failed = [ln.strip() for ln in f"{result.stdout}\n{result.stderr}".splitlines()]
+        failed = [ln for ln in failed if _OFFLINE.search(ln)]
+        if failed:
+            image.hidden_failures.append(
+                f"RUN {' '.join(args.split())}: exited 0, but a download in it failed: {failed[-1]}"
+            )
         return None
     last = _last_error(result.stderr) or _last_error(result.stdout)
     why = (

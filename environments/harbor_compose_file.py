@@ -38,7 +38,8 @@ MAIN_KEYS = {
     "image", "command", "deploy",
 }  # fmt: skip # a set
 """What `main` may set: its `build:` (context and Dockerfile in the task folder), `image` (the
-name of what is built), `command` (idling only) and `deploy:` (resources only) besides the rest."""
+name of what is built), `command` (idling only) and `deploy:` (resources only) besides the rest;
+also `network_mode: none` (Harbor's airgapped tasks: an episode here has no network anyway)."""
 
 HARBOR_LOGS = ("/logs/verifier", "/logs/agent")
 """Harbor's log folders, which its compose variables mount in `main`; an episode has its own."""
@@ -271,7 +272,20 @@ def _service(
     if not isinstance(spec, dict):
         spec = {}
     allowed = MAIN_KEYS if name == "main" else SERVICE_KEYS
+    mode = spec.get("network_mode")
+    if mode is not None and not (name == "main" and mode == "none"):
+        raise ComposeError(
+            f"{where} sets `network_mode: {mode}`, which is not supported here "
+            + (
+                "(only `none`: an episode here has no network)"
+                if name == "main"
+                else "(a service here is on the episode's own network, where main reaches it "
+                "by its name)"
+            )
+        )
     for key in spec:
+        if key == "network_mode":
+            continue
         if key not in allowed and not str(key).startswith("x-"):
             raise ComposeError(
                 f"{where} sets `{key}`, which is not supported here"

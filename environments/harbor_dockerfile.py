@@ -88,6 +88,9 @@ class Image:
     transient: bool = False
     """A problem of this machine's state (no bubblewrap, a base not built offline): never
     cached."""
+    hidden_failures: list[str] = field(default_factory=list)
+    """RUN steps that exited 0 with a failed download in their output (`curl ... | sh`
+    returns sh's status), each `RUN ...: why`: a cause of a 0 that no verifier names."""
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:

@@ -21,9 +21,15 @@ AGENTS = ("oracle", "noop")
 _ERROR_LINE = re.compile(r"error|fail|No module named|not found|denied|assert", re.IGNORECASE)
 
 
+_BAR = re.compile(r"^=+ .* =+$")
+"""pytest's section bars (`=== 2 failed in 0.03s ===`): a count, never the cause."""
+
+
 def last_error_line(output: str) -> str:
-    """The verifier's last line that reads as an error, else its last line ('' for none)."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    """The verifier's last line that reads as an error, else its last line ('' for none);
+    pytest's bars are skipped, so a pytest run gives its last `FAILED test - Error` line."""
+    every = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    lines = [ln for ln in every if not _BAR.match(ln)] or every  # `=== no tests ran ===`
     return next(
         (ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1] if lines else ""
     )
@@ -44,15 +50,19 @@ def _eta(spent_s: list[float], left: int) -> str:
     return f", ETA {s // 60}m{s % 60:02d}s"
 
 
-def _why_zero(verifier_output: str, stand_in: str, short_of: str = "") -> str:
+def _why_zero(
+    verifier_output: str, stand_in: str, short_of: str = "", hidden: list[str] | None = None
+) -> str:
     """What a 0's line adds: the verifier's last error line, how the image's stand-in
-    differs from the real image (a Python version, a digest read as a tag), and the CPUs or
-    memory task.toml asks for beyond the machine's, where they do."""
+    differs from the real image (a Python version, a digest read as a tag), the CPUs or
+    memory task.toml asks for beyond the machine's, and the build's RUN steps that exited 0
+    after a failed download, where there are such."""
     last = last_error_line(verifier_output)
     return (
         (f" (verifier: {last})" if last else "")
         + (f" (stand-in: {stand_in})" if stand_in else "")
         + (f" (machine: {short_of})" if short_of else "")
+        + "".join(f" (build: {h})" for h in hidden or [])
     )
 
 
@@ -110,11 +120,13 @@ def run_reference_agent(
     n = len(tasks)
     try:
         built: dict[str, float] = {}
+        hidden: dict[str, list[str]] = {}
         for i, task in enumerate(tasks, 1):  # a root file system and layers: minutes, said
             phase(f"image {i}/{n}: {task.id} (built once, then read from the cache)")
             start = time.monotonic()
             img = harbor.image(_task_dir(task), env.harbor_options)
             built[task.id] = time.monotonic() - start
+            hidden[task.id] = img.hidden_failures
             line = harbor.preflight_line(task.id, img)
             if line is not None:
                 blocked[task.id] = line
@@ -147,6 +159,7 @@ def run_reference_agent(
                     info["verifier"]["output"],
                     harbor.stand_in(_task_dir(task)),
                     harbor.short_of(_task_dir(task)),
+                    hidden[task.id],
                 )
             _say(f"{task.id}: reward {reward:g} [{named}]{why}")
     finally:

@@ -500,3 +500,58 @@ def test_the_gcc_hook_writes_a_specs_file_gcc_reads_for_c_and_not_for_cpp(tmp_pa
 
     assert "-fpermissive" in driven("a.c")
     assert "cc1plus" in driven("a.cc") and "-fpermissive" not in driven("a.cc")
+
+
+def test_a_zero_after_a_run_step_that_hid_a_failed_download_names_it(tmp_path, fake_root, capsys):
+    """three-body-problem's `RUN curl ... https://sh.rustup.rs | sh` exited 0 on this
+    machine (the pipe's status is sh's), so the build went on without `cargo` and the
+    oracle scored 0 with only `cargo: command not found` to say why. A RUN step that exits 0
+    with a failed download in its output is kept with the image, and a 0's line names it.
+    (The step prints curl's message itself: tests send no traffic beyond loopback.)"""
+    from skyrl_cli.eval_oracle import run_reference_agent
+
+    failing = (
+        "#!/bin/bash\necho 'cargo: command not found' >&2\necho 0 > /logs/verifier/reward.txt\n"
+    )
+    tasks = []
+    for name, run in (
+        ("hidden", "echo 'curl: (6) Could not resolve host: sh.rustup.invalid' >&2 | true"),
+        ("plain", "echo fine"),
+    ):
+        _task(tmp_path / name, f"FROM debian:bookworm\nWORKDIR /app\nRUN {run}\n")
+        (tmp_path / name / "tests" / "test.sh").write_text(failing)
+        tasks.append(load_harbor_task(tmp_path / name))
+    run_reference_agent("oracle", tasks, {}, {"timeout_s": 20})
+    out = capsys.readouterr().out.splitlines()
+    hidden = next(line for line in out if line.startswith("hidden: reward 0"))
+    assert hidden.endswith(
+        "(verifier: cargo: command not found) (build: RUN echo 'curl: (6) Could not resolve "
+        "host: sh.rustup.invalid' >&2 | true: exited 0, but a download in it failed: curl: (6) "
+        "Could not resolve host: sh.rustup.invalid)"
+    ), hidden
+    plain = next(line for line in out if line.startswith("plain: reward 0"))
+    assert "build:" not in plain, plain
+
+
+PYTEST_TAIL = """../tests/test_outputs.py FF
+E   AssertionError: decrypted.txt should exist in /app
+E   FileNotFoundError: [Errno 2] No such file or directory: '/app/decrypted.txt'
+=========================== short test summary info ============================
+FAILED ../tests/test_outputs.py::test_decrypted_file_exists - AssertionError:...
+FAILED ../tests/test_outputs.py::test_decrypted_message_matches - FileNotFoun...
+============================== 2 failed in 0.03s ===============================
+"""
+
+
+def test_a_zero_names_pytests_failing_test_not_its_summary_bar():
+    """Real verifiers end with pytest's `=== 2 failed in 0.03s ===` bar, which a 0's line
+    showed as the verifier's error (cipher, three-body-problem); the last failing test's
+    line says more."""
+    from skyrl_cli.eval_oracle import last_error_line
+
+    assert last_error_line(PYTEST_TAIL) == (
+        "FAILED ../tests/test_outputs.py::test_decrypted_message_matches - FileNotFoun..."
+    )
+    assert last_error_line("ok\nModuleNotFoundError: No module named 'x'\ndone\n") == (
+        "ModuleNotFoundError: No module named 'x'"
+    )

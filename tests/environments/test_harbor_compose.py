@@ -169,7 +169,8 @@ def test_an_unsupported_compose_feature_is_one_sentence_and_the_rest_runs(tmp_pa
     assert any(ln.startswith("good: reward 1") for ln in lines), lines
     flight = [ln for ln in lines if ln.startswith("pre-flight: hostnet")]
     assert len(flight) == 1 and flight[0].endswith(
-        "sets `network_mode`, which is not supported here"
+        "sets `network_mode: host`, which is not supported here (a service here is on the "
+        "episode's own network, where main reaches it by its name)"
     ), lines
     assert any(ln.startswith("hostnet: not run") for ln in lines), lines
 
@@ -309,6 +310,24 @@ def test_main_built_from_the_task_folder_is_read_with_harbors_variables(tmp_path
     prebuilt = prebuilt.split("    build:")[0] + "    image:" + prebuilt.split("    image:")[1]
     with pytest.raises(harbor_compose.ComposeError, match="prebuilt image 'ubuntu:24.04'"):
         harbor_compose.read(make_main_build_task(tmp_path / "p", prebuilt))
+
+
+def test_main_without_a_network_is_read_as_every_episode_here_is(tmp_path):
+    """QuesmaOrg/harbor-workshop's three-body-problem marks `main` airgapped with
+    `network_mode: "none"`: an episode here has no network anyway, so it is read (before:
+    `main sets network_mode`, refused at pre-flight, not run); a mode that asks for a
+    network (`host`, `bridge`) is one sentence naming it."""
+    airgapped = MAIN_BUILD + '    network_mode: "none"\n'
+    compose = harbor_compose.read(make_main_build_task(tmp_path / "n", airgapped))
+    assert compose is not None and compose.main.context is not None
+    for mode in ("host", "bridge"):
+        text = MAIN_BUILD + f"    network_mode: {mode}\n"
+        with pytest.raises(harbor_compose.ComposeError) as e:
+            harbor_compose.read(make_main_build_task(tmp_path / mode, text))
+        assert str(e.value).endswith(
+            f"service main sets `network_mode: {mode}`, which is not supported here (only "
+            "`none`: an episode here has no network)"
+        ), str(e.value)
 
 
 @episodes
