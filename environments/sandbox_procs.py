@@ -42,6 +42,24 @@ def processes(owned: Callable[[int], bool]) -> list[tuple[int, int, str]]:
     return found
 
 
+def wait_asleep(owned: Callable[[int], bool], cap_s: float, quiet_s: float = 0.2) -> bool:
+    """Wait until every process whose uid is `owned` has been asleep (no state R or D) for
+    `quiet_s`, at most `cap_s`: what an ENTRYPOINT started in the background (a server
+    importing its modules, then waiting in accept()) is ready, as it is in a container by
+    the time Harbor's agent runs. False when the cap ran out."""
+    deadline = time.monotonic() + cap_s
+    quiet_since: float | None = None
+    while (now := time.monotonic()) < deadline:
+        if any(state in "RD" for _, _, state in processes(owned)):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def pids_of_uid(uid: int, *, zombies: bool = True) -> list[int]:
     """Pids of the processes owned by `uid` (with or without zombies)."""
     return [pid for pid, _, state in processes_of_uid(uid) if zombies or state != "Z"]

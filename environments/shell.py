@@ -54,6 +54,7 @@ from environments import harbor, harbor_compose, harbor_steps, text_env
 from environments.bash import GRAMMAR, TAGS, Bash, intro, parse_action, quote_command
 from environments.container import RUNTIMES, Container, runtime_problem
 from environments.sandbox import Limits, Sandbox
+from environments.sandbox_procs import wait_asleep
 from environments.spaces import ActionError
 from environments.text_env import MAX_ACTION_CHARS
 from tasks.harbor import (
@@ -76,6 +77,9 @@ OLD_VERIFIER_ENV = {"TESTS_DIR": "/tests", "LOGS_DIR": "/logs/verifier"}
 """Set for verifiers written for skyrl before it had Harbor's paths (Harbor sets neither)."""
 VERIFIER_DISK_MB = 256
 """Room added to a size-capped work dir for grading (the agent's processes are gone by then)."""
+ENTRYPOINT_SETTLE_S = 10.0
+"""The longest an episode's start waits for what its ENTRYPOINT started to be asleep."""
+
 VERIFIER = "/tests/test.sh"
 VERIFIER_LOG = "/logs/verifier/test-stdout.txt"
 MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -242,7 +246,7 @@ class ShellEnv(gym.Env):
             if why is not None:
                 self.close()
                 raise ValueError(f"task {task.id!r}: {why}")
-        self._bash = Bash(sandbox, self.limits)
+        self._bash = self._start_bash(self.limits)
         shell = intro(sandbox, self.limits, "the task's files")  # the image's WORKDIR
         observation = (
             f"{text_env.last_message(task).strip()}\n\n{shell}Turns left: {self._turns_left}"
@@ -316,9 +320,19 @@ class ShellEnv(gym.Env):
             )
             if why is not None:
                 return why
-        self._bash = Bash(self._sandbox, self.limits)
+        self._bash = self._start_bash(self.limits)
         self._turns_left = self.max_turns
         return None
+
+    def _start_bash(self, limits: Limits) -> Bash:
+        """The episode's shell, started through the image's ENTRYPOINT, handed over once what
+        the ENTRYPOINT left in the background is asleep (dns-blacklisting's server, waiting
+        in accept()): Harbor's agent runs seconds after the container starts."""
+        assert self._sandbox is not None
+        bash = Bash(self._sandbox, limits)
+        if isinstance(self._layout, harbor.Layout) and self._layout.image.entrypoint:
+            wait_asleep(self._sandbox.owns, ENTRYPOINT_SETTLE_S)
+        return bash
 
     def _step_turn(
         self, body: str, done: str, reward: float | None, error: str | None
@@ -475,7 +489,7 @@ class ShellEnv(gym.Env):
         shown = sandbox.view
         sandbox.view = [*shown, *view]
         try:
-            self._bash = Bash(sandbox, dataclasses.replace(self.limits, timeout_s=limit))
+            self._bash = self._start_bash(dataclasses.replace(self.limits, timeout_s=limit))
         finally:
             sandbox.view = shown
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())

@@ -585,6 +585,46 @@ def test_a_service_on_port_80_started_by_the_entrypoint_serves_the_verifier(tmp_
         env.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="an episode's own network is made as root")
+def test_the_agent_starts_once_what_the_entrypoint_started_is_asleep(tmp_path, cache):
+    """dns-blacklisting's ENTRYPOINT starts its server in the background and execs the
+    shell. Harbor's agent runs seconds after the container starts; here the oracle's first
+    `curl` could come before the server listened, and on a loaded machine it scored 0 in 1
+    of 2 runs (`example.com` missing). The episode's shell is handed over once every process
+    the ENTRYPOINT left is asleep (the server waiting in accept()), for at most 10 s. The
+    server here first spends about a second of CPU, so without the wait the first command
+    finds nothing listening."""
+    entry = (
+        '#!/bin/bash\n( python3 -c "sum(range(40_000_000))"; python3 -m http.server 8080 '
+        '--bind 127.0.0.1 --directory /srv/www ) >/dev/null 2>&1 &\nexec "$@"\n'
+    )
+    dockerfile = (
+        "FROM x\nCOPY entry.sh /entry.sh\nRUN chmod +x /entry.sh\n"
+        'COPY www/ /srv/www/\nWORKDIR /app\nENTRYPOINT ["/entry.sh"]\n'
+    )
+    fetch = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8080/health').read())"
+    files = {"entry.sh": entry, "www/health": "up\n"}
+    test_sh = (
+        '#!/bin/bash\n[ "$(cat /app/out)" = "b\'up\\\\n\'" ] && echo 1 > /logs/verifier/reward.txt '
+        "|| echo 0 > /logs/verifier/reward.txt\n"
+    )
+    task = make_task(tmp_path / "t", dockerfile, test_sh, files)
+    (tmp_path / "t" / "solution" / "solve.sh").write_text(
+        f'#!/bin/bash\npython3 -c "{fetch}" > /app/out\n'
+    )
+    env = ShellEnv(timeout_s=20)
+    try:
+        env.reset(options={"task": task})
+        seen = env.step(f'<bash>python3 -c "{fetch}"</bash>')[0]
+        assert seen.startswith("b'up\\n'"), seen
+        env.reset(options={"task": task})  # the oracle's own shell starts the ENTRYPOINT again
+        env.run_oracle()
+        _, reward, _, _, info = env.step("<submit/>")
+        assert reward == 1.0, info["verifier"]["output"]
+    finally:
+        env.close()
+
+
 def test_run_is_one_folder_for_the_whole_episode(tmp_path, cache):
     """A container's /run is one folder: a service's socket or pid file there (supervisor's
     `/var/run/supervisor.sock`) is seen by every later command, the verifier's too (before:
