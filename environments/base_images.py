@@ -232,7 +232,13 @@ def base_for(name: str) -> Base | None:
     digest_only = "@sha256:" in name and ":" not in name.split("@", 1)[0].rsplit("/", 1)[-1]
     if base is None or not digest_only:
         return base
-    why = f"a digest with no tag, read as {base.image} (Debian {base.release}; a digest cannot be resolved offline)"
+    hint = (
+        f"--set env.kwargs.image_as.sha256:{name.rsplit(':', 1)[-1][:12]}=IMAGE:TAG names its image"
+    )
+    why = (
+        f"a digest with no tag, read as {base.image} (Debian {base.release}; "
+        f"a digest cannot be resolved offline: {hint})"
+    )
     return dataclasses.replace(base, note=f"{why}; {base.note}" if base.note else why)
 
 

@@ -192,13 +192,13 @@ def image(task_dir: Path, options: BuildOptions | None = None) -> Image:
     return built
 
 
-def stand_in(task_dir: Path) -> str:
+def stand_in(task_dir: Path, options: BuildOptions | None = None) -> str:
     """How what stands in for the task's FROM differs from the real image ('' where it is
     the image, or the host): the cause a 0 may have that no log of the task shows."""
     task_dir = Path(task_dir).resolve()
     _, dockerfile = main_build(task_dir)
     text = dockerfile_of(task_dir) if dockerfile is None else _read_dockerfile(dockerfile)
-    base = plan(task_dir, text, BuildOptions()).base
+    base = plan(task_dir, text, options or BuildOptions()).base
     return base.note if base is not None else ""
 
 

@@ -8,14 +8,17 @@ file system of `environments.base_images`' table, or the host's system). Nothing
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import re
 import shlex
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from environments.base_images import Base, base_for, final_base, spec_of
 from environments.rootfs import RootfsSpec
@@ -52,10 +55,17 @@ class BuildOptions:
     base: str = "image"
     """`image`: FROM is the root file system the table of base images gives; `host`: this
     machine's own system stands for every FROM."""
+    image_as: tuple[tuple[str, str], ...] = ()
+    """(digest, image): a FROM whose digest starts with `digest` (hex) is read as `image`
+    (`python@sha256:8e53...` as `python:3.10-slim`): offline, a digest with no tag cannot
+    be resolved, and is otherwise read as the image's `:latest`."""
 
     @classmethod
     def from_kwargs(
-        cls, network: bool | str | None = None, base: str | None = None
+        cls,
+        network: bool | str | None = None,
+        base: str | None = None,
+        image_as: Mapping[Any, Any] | str | None = None,
     ) -> BuildOptions:
         """Options from env.kwargs (strings from `--set` too), `$SKYRL_HARBOR_BASE` the
         default of `base`; ValueError (one sentence) for a value it does not know."""
@@ -66,7 +76,37 @@ class BuildOptions:
             if network.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
                 raise ValueError(f"build_network must be true or false, got {network!r}")
             network = network.lower() in ("1", "true", "yes", "on")
-        return cls(network=bool(network), base=chosen)
+        return cls(network=bool(network), base=chosen, image_as=_image_as(image_as or {}))
+
+    def read_as(self, name: str) -> tuple[str, str]:
+        """The image `name` is read as, and a note saying so ("" when it is read as itself)."""
+        m = re.search(r"@sha256:([0-9a-f]+)$", name.strip().lower())
+        for digest, image in self.image_as if m else ():
+            if m and m.group(1).startswith(digest):
+                return image, f"{name} read as {image} (env.kwargs.image_as)"
+        return name, ""
+
+
+def _image_as(given: Mapping[Any, Any] | str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(given, Mapping):
+        raise ValueError(
+            "env.kwargs.image_as maps a digest to the image it stands for, e.g. "
+            "--set env.kwargs.image_as.sha256:8e5387460bf1=python:3.10-slim"
+        )
+    out = []
+    for key, image in given.items():
+        digest = str(key).strip().lower().removeprefix("sha256:")
+        if not re.fullmatch(r"[0-9a-f]{12,64}", digest):
+            raise ValueError(
+                f"env.kwargs.image_as: {str(key)!r} is not a digest (sha256: and 12 to 64 hex digits)"
+            )
+        if not isinstance(image, str) or base_for(image) is None:
+            raise ValueError(
+                f"env.kwargs.image_as: no root file system here stands in for {str(image)!r} "
+                "(the known base images are in the table of docs/environments.md)"
+            )
+        out.append((digest, image.strip()))
+    return tuple(out)
 
 
 @dataclass
@@ -246,7 +286,10 @@ def plan(task_dir: Path, text: str, options: BuildOptions) -> Plan:
     name, stages = final_base(froms)
     if name.lower() in ("host", ""):  # skyrl's older task form (no Dockerfile)
         return Plan()
+    name, read_as = options.read_as(name)
     base = base_for(name)
+    if base is not None and read_as:
+        base = dataclasses.replace(base, note=f"{read_as}; {base.note}" if base.note else read_as)
     if base is None:
         return Plan(
             problem=f"FROM {name}: no root file system here stands in for the base image "

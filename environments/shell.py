@@ -45,6 +45,7 @@ import shutil
 import signal
 import stat
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -139,14 +140,16 @@ class ShellEnv(gym.Env):
         limits: Limits | None = None,
         build_network: bool | str = False,
         base: str | None = None,
+        image_as: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         """`timeout_s` overrides `limits.timeout_s` (per command); `task_dir`, a Harbor task
         folder, replaces the task passed to (or drawn by) `reset`; `build_network` lets image
         builds (RUN, a base image's root file system) use the network; `base=host` makes
         this machine's own system every task's FROM (default `$SKYRL_HARBOR_BASE`, else
-        `image`: the base image's root file system)."""
-        self.harbor_options = harbor.BuildOptions.from_kwargs(build_network, base)
+        `image`: the base image's root file system); `image_as` maps a FROM's digest to the
+        image it is read as (a digest with no tag cannot be resolved offline)."""
+        self.harbor_options = harbor.BuildOptions.from_kwargs(build_network, base, image_as)
         self.base_chosen = base is not None or bool(os.environ.get(harbor.BASE_ENV))
         """Whether the user chose the base; else the bundled tasks run on this machine's
         system (they are written for it and must run offline), others on their image's."""

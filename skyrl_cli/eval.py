@@ -184,9 +184,15 @@ def eval_(
         return
     if env == "shell" and agent != "shell":
         from skyrl_cli.eval_oracle import harbor_tasks, run_reference_agent
+        from trainers.config import ConfigError, deep_merge, parse_set
 
-        sets = dict(s.split("=", 1) for s in (set_ or []) if s.startswith("env.kwargs."))
-        kwargs: dict[str, object] = {k.removeprefix("env.kwargs."): v for k, v in sets.items()}
+        kwargs: dict[str, object] = {}
+        for item in set_ or []:  # as train reads --set: dotted keys nest, values are YAML
+            if item.startswith("env.kwargs."):
+                try:
+                    kwargs = deep_merge(kwargs, parse_set(item)["env"]["kwargs"])
+                except ConfigError as e:
+                    fail(str(e))
         if build_network:
             kwargs["build_network"] = True
         summary = _guarded(

@@ -157,7 +157,7 @@ def run_reference_agent(
             if reward <= 0:
                 why += _why_zero(
                     info["verifier"]["output"],
-                    harbor.stand_in(_task_dir(task)),
+                    harbor.stand_in(_task_dir(task), env.harbor_options),
                     harbor.short_of(_task_dir(task)),
                     hidden[task.id],
                 )

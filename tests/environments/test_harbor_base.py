@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from environments import harbor
+from environments import harbor, harbor_dockerfile
 from environments.base_images import GCC13_C_HOOK, GCC13_C_SCRIPT, base_for, final_base
 from environments.rootfs import ROOTFS_DIR_ENV, ensure_rootfs
 from environments.sandbox import bwrap_available
@@ -271,6 +271,97 @@ def test_a_digest_with_no_tag_says_what_it_was_read_as(image, note):
     assert (note in base.note) if note else base.note == "", base.note
 
 
+def test_a_digest_with_no_tag_says_how_to_name_its_image():
+    """The note of a digest read as `:latest` names the setting that reads it as its image."""
+    base = base_for(f"python{DIGEST}")
+    assert base is not None
+    assert base.note.endswith(
+        "a digest cannot be resolved offline: "
+        "--set env.kwargs.image_as.sha256:0d390d390d39=IMAGE:TAG names its image)"
+    ), base.note
+
+
+def test_a_digest_is_read_as_the_image_the_user_names(tmp_path, fake_root, capsys):
+    """psij-recovery-pipeline's `python@sha256:...` is Python 3.10 by its notes; offline
+    the digest reads as `python:latest` (trixie's 3.13, no distutils). With
+    `env.kwargs.image_as` naming the digest's image (a prefix of 12 hex digits or more),
+    the stand-in is that image's: here `debian:bookworm`, the fake root, where the RUN
+    step and the oracle run (the verifier checks both saw its marker)."""
+    from skyrl_cli.eval_oracle import run_reference_agent
+
+    task = _task(
+        tmp_path / "t",
+        f"FROM debian{DIGEST}\nWORKDIR /app\nRUN cat {MARKER} > from-run\n"
+        f"RUN mkdir -p /usr/local/share && cat {MARKER} > /usr/local/share/kept\n",
+    )
+    task_dir = Path(task.metadata["task_dir"])
+    text = (task_dir / "environment" / "Dockerfile").read_text()
+    named = harbor.BuildOptions.from_kwargs(image_as={"sha256:0d390d390d39": "debian:bookworm"})
+    plan = harbor_dockerfile.plan(task_dir, text, named)
+    assert plan.base is not None and plan.base.release == "bookworm"
+    assert plan.base.note == f"debian{DIGEST} read as debian:bookworm (env.kwargs.image_as)"
+    unnamed = harbor_dockerfile.plan(task_dir, text, harbor.BuildOptions.from_kwargs())
+    assert unnamed.base is not None and unnamed.base.release == "trixie"
+    # the whole episode, the setting given as `--set` gives it (a whole digest, no prefix)
+    run_reference_agent(
+        "oracle", [task], {}, {"timeout_s": 20, "image_as": {"0d39" * 16: "debian:bookworm"}}
+    )
+    out = capsys.readouterr().out
+    assert "t: reward 1" in out, out
+    # a 0 there names the image the digest was read as, not `:latest`
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
+    run_reference_agent(
+        "oracle", [task], {}, {"timeout_s": 20, "image_as": {"0d39" * 16: "debian:bookworm"}}
+    )
+    zero = next(
+        line for line in capsys.readouterr().out.splitlines() if line.startswith("t: reward 0")
+    )
+    assert zero.endswith(
+        f"(stand-in: debian{DIGEST} read as debian:bookworm (env.kwargs.image_as))"
+    ), zero
+
+
+@pytest.mark.parametrize(
+    ("image_as", "why"),
+    [
+        ("python:3.10", "env.kwargs.image_as maps a digest to the image it stands for, e.g. "
+         "--set env.kwargs.image_as.sha256:8e5387460bf1=python:3.10-slim"),
+        ({"latest": "python:3.10"}, "env.kwargs.image_as: 'latest' is not a digest "
+         "(sha256: and 12 to 64 hex digits)"),
+        ({"sha256:8e53": "python:3.10"}, "env.kwargs.image_as: 'sha256:8e53' is not a digest "
+         "(sha256: and 12 to 64 hex digits)"),
+        ({"8e5387460bf1": "alpine:3.20"}, "env.kwargs.image_as: no root file system here "
+         "stands in for 'alpine:3.20' (the known base images are in the table of "
+         "docs/environments.md)"),
+    ],
+)  # fmt: skip # each case with its whole sentence
+def test_a_wrong_image_as_is_one_sentence(image_as, why):
+    with pytest.raises(ValueError) as e:
+        harbor.BuildOptions.from_kwargs(image_as=image_as)
+    assert str(e.value) == why
+
+
+def test_skyrl_eval_reads_image_as_from_set(tmp_path):
+    """`--set env.kwargs.image_as.sha256:HEX=IMAGE` reaches the shell env as a mapping (the
+    reference agents' path once split each --set at its first `=` and took the dotted rest
+    as a parameter's name); a wrong one is its one sentence, exit 2, before any build."""
+    from tests.conftest import skyrl
+
+    _task(tmp_path / "tasks" / "t", f"FROM python{DIGEST}\n")
+    for value, why in (
+        ("sha256:zz=python:3.10", "error: env.kwargs.image_as: 'sha256:zz' is not a digest"),
+        ("8e5387460bf1=alpine:3.20", "error: env.kwargs.image_as: no root file system here "
+         "stands in for 'alpine:3.20'"),
+    ):  # fmt: skip # each case with its sentence
+        res = skyrl(
+            "eval", "--env", "shell", "--agent", "oracle", "--tasks", str(tmp_path / "tasks"),
+            "--set", f"env.kwargs.image_as.{value}", cwd=tmp_path, check=False, timeout=60,
+        )  # fmt: skip # the command line reads as typed
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.startswith(why), res.stderr
+        assert "Traceback" not in res.stderr and "image 1/1" not in res.stderr
+
+
 def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake_root, capsys):
     """`skyrl eval --agent oracle`: a task that scores 0 on a stand-in that is not its image
     (here a digest read as debian:latest) has that on its line, after the verifier's error;
@@ -294,7 +385,8 @@ def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake
     digest_line = next(line for line in out if line.startswith("digest: reward 0"))
     assert digest_line.endswith(
         "(verifier: AssertionError: wrong) (stand-in: a digest with no tag, read as "
-        "debian:latest (Debian trixie; a digest cannot be resolved offline))"
+        "debian:latest (Debian trixie; a digest cannot be resolved offline: "
+        "--set env.kwargs.image_as.sha256:0d390d390d39=IMAGE:TAG names its image))"
     ), digest_line
     tagged_line = next(line for line in out if line.startswith("tagged: reward 0"))
     assert "stand-in" not in tagged_line, tagged_line
