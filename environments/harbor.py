@@ -53,6 +53,7 @@ import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 # re-exported (noqa): `harbor.X` stays the import path of everything this module held before
 # it was split into harbor_dockerfile, harbor_layout and harbor_build
@@ -100,6 +101,7 @@ __all__ = [
     "image",
     "preflight_line",
     "provision",
+    "save_build_log",
 ]
 
 
@@ -134,7 +136,7 @@ def _load_or_build(
         data = json.loads(meta.read_text())
         system = data.get("system_root", "")
         if NO_BWRAP not in data.get("problems", []) and (not system or os.path.isdir(system)):
-            return Image(**{**data, "layer": str(folder / "layer")})
+            return _cached(folder, data)
         shutil.rmtree(folder, ignore_errors=True)  # built before bwrap, or its base is gone
     if dockerfile is not None:
         text = _read_dockerfile(dockerfile)
@@ -151,8 +153,9 @@ def _load_or_build(
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{digest}-"))
         copy_tree(sandbox.workdir / "root", tmp / "layer")
-        data = {k: v for k, v in asdict(image).items() if k != "layer"}
+        data = {k: v for k, v in asdict(image).items() if k not in ("layer", "log", "build_log")}
         (tmp / "image.json").write_text(json.dumps(data, indent=1))
+        (tmp / "build.log").write_text("".join(f"{line}\n" for line in image.log))
         try:
             tmp.rename(folder)
         except OSError:  # built meanwhile by another process
@@ -164,8 +167,29 @@ def _load_or_build(
         return Image(digest=digest, problems=[f"BUILD: {why}"], transient=True)
     finally:
         sandbox.close()
-    data = json.loads(meta.read_text())
-    return Image(**{**data, "layer": str(folder / "layer")})
+    return _cached(folder, json.loads(meta.read_text()))
+
+
+def _cached(folder: Path, data: dict[str, Any]) -> Image:
+    return Image(**{**data, "layer": str(folder / "layer"), "build_log": str(folder / "build.log")})
+
+
+def save_build_log(image: Image, dest: Path) -> None:
+    """Write the image's build log to `dest/build.log` (`skyrl eval --output`): every
+    task's, whether it ran or its build stopped it at pre-flight."""
+    dest.mkdir(parents=True, exist_ok=True)
+    if image.log:
+        text = "".join(f"{line}\n" for line in image.log)
+    elif image.build_log and os.path.isfile(image.build_log):
+        text = Path(image.build_log).read_text(errors="replace")
+    elif image.build_log:
+        folder = Path(image.build_log).parent
+        text = f"(no build log: {folder} was cached before build logs were kept; delete it to build the image again with one)\n"
+    else:
+        text = ""
+    if image.problems:
+        text += "".join(f"not as Harbor's image: {p}\n" for p in image.problems)
+    (dest / "build.log").write_text(text)
 
 
 def image(task_dir: Path, options: BuildOptions | None = None) -> Image:

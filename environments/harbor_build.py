@@ -278,7 +278,15 @@ def _build(
     start = plan(task_dir, text, options)
     if start.problem:
         image.problems.append(start.problem)
+        image.log.append(start.problem)
         return image
+    if start.base is None:
+        image.log.append("base: this machine's own system (env.kwargs.base=host)")
+    else:
+        note = f" ({start.base.note})" if start.base.note else ""
+        image.log.append(
+            f"base: {start.base.image}, Debian {start.base.release}'s root file system{note}"
+        )
     _start_from(start, options, sandbox, image)
     if image.problems:
         return image
@@ -287,8 +295,10 @@ def _build(
         image.problems.append(f"COPY: {too_big}")
         return image
     stages: list[str] = []
-    for word, args in _instructions(text):
+    for n, (word, args) in enumerate(_instructions(text), 1):
         step = f"{word} {args}"  # whole: a pre-flight reason is never cut
+        image.log.append(f"#{n} {step}")
+        problems = len(image.problems)
         if word == "FROM":
             stages.append((from_words(_expand(args, variables))[1] or str(len(stages))).lower())
         elif word == "WORKDIR":
@@ -335,6 +345,7 @@ def _build(
             "SHELL",
         ):
             image.problems.append(f"{step}: {word} is not supported")
+        image.log += [f"#{n} not as Harbor's image: {p}" for p in image.problems[problems:]]
     if image.entrypoint and not service:  # a service's is its server: its healthcheck says
         why = _probe_entrypoint(sandbox, root, image)
         if why:
@@ -405,6 +416,10 @@ def _run_step(
     _prepare_run(sandbox, root, image, network=options.network and sandbox.network)
     result = sandbox.run(command, timeout=BUILD_TIMEOUT_S, tail=True)  # no cap, as docker build
     sandbox.kill_all()
+    image.log += [result.stdout.rstrip("\n")] if result.stdout.strip() else []
+    image.log += ["--- stderr ---", result.stderr.rstrip("\n")] if result.stderr.strip() else []
+    timed_out = ", timed out" if result.timed_out else ""
+    image.log.append(f"(exit {result.returncode}{timed_out})")
     if result.returncode == 0:
         failed = [ln.strip() for ln in f"{result.stdout}\n{result.stderr}".splitlines()]
         failed = [ln for ln in failed if _OFFLINE.search(ln)]

@@ -131,6 +131,11 @@ class Image:
     hidden_failures: list[str] = field(default_factory=list)
     """RUN steps that exited 0 with a failed download in their output (`curl ... | sh`
     returns sh's status), each `RUN ...: why`: a cause of a 0 that no verifier names."""
+    log: list[str] = field(default_factory=list)
+    """The build, step by step, with what each RUN printed (kept in the cache's
+    `build.log`, not in `image.json`)."""
+    build_log: str = ""
+    """Host path of the cached image's `build.log` ('' for an image never cached)."""
 
 
 def _instructions(text: str) -> list[tuple[str, str]]:

@@ -126,6 +126,8 @@ def run_reference_agent(
             start = time.monotonic()
             img = harbor.image(_task_dir(task), env.harbor_options)
             built[task.id] = time.monotonic() - start
+            if output is not None:  # whether the task runs or its build stops it here
+                harbor.save_build_log(img, output / task.id)
             hidden[task.id] = img.hidden_failures
             line = harbor.preflight_line(task.id, img)
             if line is not None:

@@ -362,6 +362,34 @@ def test_skyrl_eval_reads_image_as_from_set(tmp_path):
         assert "Traceback" not in res.stderr and "image 1/1" not in res.stderr
 
 
+def test_output_keeps_each_tasks_build_log_whether_it_ran_or_not(tmp_path, fake_root, capsys):
+    """`--output`: every task's folder has its image's build log, each step and what a RUN
+    printed; above all a task whose build failed at pre-flight (harbor-hell's pip step:
+    its one line named pip's last error, and nothing kept the rest of what pip said)."""
+    from skyrl_cli.eval_oracle import run_reference_agent
+
+    ran = _task(
+        tmp_path / "ran",
+        f"FROM debian:bookworm\nWORKDIR /app\nRUN echo said-by-run && cat {MARKER} > from-run\n"
+        f"RUN mkdir -p /usr/local/share && cat {MARKER} > /usr/local/share/kept\n",
+    )
+    failed = _task(
+        tmp_path / "failed",
+        "FROM debian:bookworm\nRUN echo collecting-thing-1.0 && echo 'no wheel for thing' >&2 && exit 3\n",
+    )
+    out = tmp_path / "out"
+    run_reference_agent("oracle", [ran, failed], {}, {"timeout_s": 20}, out)
+    said = capsys.readouterr().out
+    assert "ran: reward 1" in said and "failed: not run" in said, said
+    ran_log = (out / "ran" / "build.log").read_text()
+    assert "FROM debian:bookworm" in ran_log and "RUN echo said-by-run" in ran_log
+    assert "said-by-run" in ran_log.split("RUN echo said-by-run", 1)[1]  # its output, after it
+    assert (out / "ran" / "verifier" / "reward.txt").is_file()
+    failed_log = (out / "failed" / "build.log").read_text()
+    for part in ("collecting-thing-1.0", "no wheel for thing", "exit 3"):
+        assert part in failed_log, failed_log
+
+
 def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake_root, capsys):
     """`skyrl eval --agent oracle`: a task that scores 0 on a stand-in that is not its image
     (here a digest read as debian:latest) has that on its line, after the verifier's error;
