@@ -397,13 +397,31 @@ def _prepare_run(sandbox: Sandbox, root: Path, image: Image, network: bool = Fal
     if network:  # a build with the registries: pip and uv reach their indexes, as in Docker
         for key in ("PIP_NO_INDEX", "UV_OFFLINE", "UV_NO_INDEX"):
             sandbox.env.pop(key, None)
+        trusted = [
+            f
+            for f in HOST_TRUST
+            if f != "/etc/hosts" and os.path.exists(f) and os.path.exists(_on(base, f))
+        ]
         if base != "/":  # the host's name service and CA bundle, over a layer's own /etc too
-            sandbox.view += [
-                arg
-                for f in HOST_TRUST
-                if f != "/etc/hosts" and os.path.exists(f) and os.path.exists(_on(base, f))
-                for arg in ("--ro-bind", f, f)
-            ]
+            sandbox.view += [arg for f in trusted for arg in ("--ro-bind", f, f)]
+        sandbox.env.update(_trust_env(trusted, sandbox.env))
+
+
+TRUST_VARIABLES = ("SSL_CERT_FILE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
+"""The host's own CA settings a networked RUN is given where they name the bound bundle."""
+
+
+def _trust_env(trusted: list[str], env: dict[str, str]) -> dict[str, str]:
+    """The CA bundle the host trusts, for the tools of a networked RUN that carry their own
+    (a pip from PyPI reads certifi's, not the system's: behind a TLS proxy, `pip install
+    --upgrade pip` and the next install fails), and the host's own CA variables that name
+    it; never over the image's ENV."""
+    bundle = next((f for f in trusted if f.endswith(".crt")), None)
+    if bundle is None:
+        return {}
+    given = {"PIP_CERT": bundle, "REQUESTS_CA_BUNDLE": bundle}
+    given |= {k: bundle for k in TRUST_VARIABLES if os.environ.get(k) == bundle}
+    return {k: v for k, v in given.items() if k not in env}
 
 
 def _run_step(

@@ -23,7 +23,7 @@ from typing import Any
 from environments.base_images import Base, base_for, final_base, spec_of
 from environments.rootfs import RootfsSpec
 
-BUILD_VERSION = "12"
+BUILD_VERSION = "13"
 """Part of every image digest: bump when the build's meaning changes."""
 
 

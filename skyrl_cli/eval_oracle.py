@@ -131,6 +131,9 @@ def run_reference_agent(
             hidden[task.id] = img.hidden_failures
             line = harbor.preflight_line(task.id, img)
             if line is not None:
+                differs = harbor.stand_in(_task_dir(task), env.harbor_options)
+                line += f" (stand-in: {differs})" if differs else ""
+                line += f" (build log: {output / task.id / 'build.log'})" if output else ""
                 blocked[task.id] = line
                 _say(f"pre-flight: {line}")
         spent: list[float] = []

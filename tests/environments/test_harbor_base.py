@@ -385,9 +385,46 @@ def test_output_keeps_each_tasks_build_log_whether_it_ran_or_not(tmp_path, fake_
     assert "FROM debian:bookworm" in ran_log and "RUN echo said-by-run" in ran_log
     assert "said-by-run" in ran_log.split("RUN echo said-by-run", 1)[1]  # its output, after it
     assert (out / "ran" / "verifier" / "reward.txt").is_file()
+    preflight = next(line for line in said.splitlines() if line.startswith("pre-flight: failed:"))
+    assert preflight.endswith(f"(build log: {out / 'failed' / 'build.log'})"), preflight
     failed_log = (out / "failed" / "build.log").read_text()
     for part in ("collecting-thing-1.0", "no wheel for thing", "exit 3"):
         assert part in failed_log, failed_log
+
+
+BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+@pytest.mark.skipif(not os.path.isfile(BUNDLE), reason=f"this machine has no {BUNDLE}")
+@pytest.mark.parametrize("network", [True, False])
+def test_a_networked_build_trusts_the_ca_bundle_the_host_trusts(
+    tmp_path, fake_root, monkeypatch, network
+):
+    """harbor-hell's `pip install --upgrade pip==24.0`, then its requirements: the new pip
+    (PyPI's, with certifi's bundle) refused this machine's TLS proxy ("self-signed
+    certificate in certificate chain") where Debian's pip, reading the system bundle bound
+    in from the host, had reached the index. A RUN with the registries gets the bundle the
+    host's pip is given (PIP_CERT, REQUESTS_CA_BUNDLE), readable where it points; offline,
+    none. A host variable pointing elsewhere (a file the sandbox cannot see) is not passed."""
+    monkeypatch.setenv("SSL_CERT_FILE", BUNDLE)
+    monkeypatch.setenv("NODE_EXTRA_CA_CERTS", "/root/private/ca.pem")
+    (fake_root / "etc" / "ssl" / "certs").mkdir(parents=True, exist_ok=True)
+    (fake_root / "etc" / "ssl" / "certs" / "ca-certificates.crt").write_text("the image's own\n")
+    task = _task(
+        tmp_path / "t",
+        "FROM debian:bookworm\n"
+        'RUN echo "pip=[$PIP_CERT] requests=[$REQUESTS_CA_BUNDLE] ssl=[$SSL_CERT_FILE] '
+        'node=[$NODE_EXTRA_CA_CERTS]" && if [ -n "$PIP_CERT" ]; then grep -q "image.s own" '
+        '"$PIP_CERT" || echo the-hosts-bundle; fi\n',
+    )
+    image = harbor.image(Path(task.metadata["task_dir"]), harbor.BuildOptions(network=network))
+    harbor.save_build_log(image, tmp_path / "out")
+    log = (tmp_path / "out" / "build.log").read_text()
+    if network:
+        assert f"pip=[{BUNDLE}] requests=[{BUNDLE}] ssl=[{BUNDLE}] node=[]" in log, log
+        assert "the-hosts-bundle" in log.split("node=[]", 1)[1], log  # not the image's own
+    else:
+        assert "pip=[] requests=[] ssl=[] node=[]" in log, log
 
 
 def test_a_zero_on_a_stand_in_shows_how_it_differs_from_the_image(tmp_path, fake_root, capsys):
