@@ -187,8 +187,8 @@ def save_build_log(image: Image, dest: Path) -> None:
         text = f"(no build log: {folder} was cached before build logs were kept; delete it to build the image again with one)\n"
     else:
         text = ""
-    if image.problems:
-        text += "".join(f"not as Harbor's image: {p}\n" for p in image.problems)
+    # each problem once: a step's is in the log already, after the step's output
+    text += "".join(f"not as Harbor's image: {p}\n" for p in image.problems if p not in text)
     (dest / "build.log").write_text(text)
 
 

@@ -81,8 +81,9 @@ class BuildOptions:
     def read_as(self, name: str) -> tuple[str, str]:
         """The image `name` is read as, and a note saying so ("" when it is read as itself)."""
         m = re.search(r"@sha256:([0-9a-f]+)$", name.strip().lower())
-        for digest, image in self.image_as if m else ():
-            if m and m.group(1).startswith(digest):
+        found = m.group(1) if m else None
+        for digest, image in self.image_as:
+            if found is not None and found.startswith(digest):
                 return image, f"{name} read as {image} (env.kwargs.image_as)"
         return name, ""
 
