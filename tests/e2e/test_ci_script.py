@@ -59,3 +59,23 @@ def test_too_little_free_disk_is_one_sentence_before_setup(tmp_path):
     assert len(lines) == 1, res.stderr
     assert "GB free and CI needs about 1000000 GB" in lines[0]
     assert not (clone / ".venv").exists()
+
+
+def test_the_type_check_keeps_its_cache_outside_the_checkout(tmp_path):
+    """A fresh clone's `make typecheck` reuses the analysis of torch and transformers that an
+    earlier clone's left in skyrl's cache dir (about 70 CPU-s of a cold mypy; the Makefile)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def commands(**more: str) -> list[str]:
+        res = subprocess.run(
+            ["make", "-n", "-o", "setup", "typecheck"],
+            cwd=ROOT, env={**env, **more}, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip # one call, laid out as typed
+        assert res.returncode == 0, res.stderr
+        return [line for line in res.stdout.splitlines() if "mypy" in line]
+
+    default = commands()
+    assert len(default) == 2
+    assert all(f"--cache-dir {tmp_path}/.cache/skyrl/mypy" in line for line in default), default
+    moved = commands(SKYRL_CACHE_DIR=str(tmp_path / "elsewhere"))
+    assert all(f"--cache-dir {tmp_path}/elsewhere/mypy" in line for line in moved), moved
