@@ -17,9 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.agent_loop import GenerateFn
 from agents.evaluate import evaluate, is_correct
@@ -27,6 +26,9 @@ from agents.sampling import SamplingClient
 from tasks.cache import cache_dir
 from tasks.task import Task
 from trainers.steps import Acting
+
+if TYPE_CHECKING:
+    from trainers.progress import StepProgress
 
 RECORD = "pass_rate.json"
 """The run's record of the filter, in its `warmup/` folder."""
@@ -55,20 +57,26 @@ def pass_rates(
     model_dir: Path,
     samples: int,
     seed: int,
-    note: Callable[[str], None],
+    progress: StepProgress,
 ) -> tuple[str, dict[str, float]]:
     """(cache key, pass rate of each train task over `samples` answers from `generate`),
-    read from the cache when this checkpoint, these tasks, G and seed were sampled before."""
+    read from the cache when this checkpoint, these tasks, G and seed were sampled before.
+    The sampling shows a bar of its episodes with an ETA, as an evaluation does."""
     tasks = ac.train_tasks
     key = cache_key(checkpoint_digest(model_dir), [t.id for t in tasks], samples, seed)
     path = cache_dir() / "pass-rate" / f"{key}.json"
     if path.is_file():
-        note(f"pass-rate filter: rates of this warm-up checkpoint reused from {path}")
+        progress.note(f"pass-rate filter: rates of this warm-up checkpoint reused from {path}")
         return key, json.loads(path.read_text(encoding="utf-8"))["rates"]
-    note(f"pass-rate filter: sampling {samples} answers for each of {len(tasks)} train tasks...")
-    _, trajs = evaluate(
-        generate, ac.make_env, ac.chat, tasks, ac.budget, ac.pool, seed, samples=samples, by=()
+    progress.note(
+        f"pass-rate filter: sampling {samples} answers for each of {len(tasks)} train tasks..."
     )
+    bar = progress.eval_bar(len(tasks) * samples, "pass-rate")
+    _, trajs = evaluate(
+        generate, ac.make_env, ac.chat, tasks, ac.budget, ac.pool, seed,
+        samples=samples, on_done=bar, by=(),
+    )  # fmt: skip # evaluate's own argument order
+    bar.done()
     rates = {
         t.id: sum(map(is_correct, trajs[i * samples : (i + 1) * samples])) / samples
         for i, t in enumerate(tasks)
@@ -108,7 +116,7 @@ def filter_train_set(
     sampler: SamplingClient,
     warmup_dir: Path,
     ckpt: Path | None,
-    note: Callable[[str], None],
+    progress: StepProgress,
 ) -> None:
     """Train only on the tasks the warm-up checkpoint sometimes, but not always, gets right:
     `ac.train_tasks` becomes those (unless none is), and the run log says how many. A
@@ -122,7 +130,7 @@ def filter_train_set(
     elif ckpt is not None and ckpt.name == "step-000000":
         r = cfg.rollout
         sample = lambda reqs: sampler.generate(reqs, r.temperature, r.top_p).result()  # noqa: E731
-        key, rates = pass_rates(sample, ac, ckpt / "model", samples, cfg.trainer.seed, note)
+        key, rates = pass_rates(sample, ac, ckpt / "model", samples, cfg.trainer.seed, progress)
         kept_ids = [t.id for t in keep(ac.train_tasks, rates)]
         _write(record, {"key": key, "samples": samples, "kept": kept_ids, "rates": rates})
     else:
@@ -131,6 +139,6 @@ def filter_train_set(
             f"warmup/{RECORD} and no step-000000 checkpoint to sample it from; start a new run"
         )
     kept = keep(ac.train_tasks, rates)
-    note(summary(len(kept), rates, samples))
+    progress.note(summary(len(kept), rates, samples))
     if kept:
         ac.train_tasks = kept

@@ -304,4 +304,4 @@ def _warm_up(ses: Session, ckpt: Path | None) -> None:
             ses.summary["eval_warmup"] = json.loads(saved.read_text())
     if cfg.warmup.pass_rate_samples:
         sampler = clients.policy.sampling_client()
-        pass_rate.filter_train_set(ses.ac, sampler, run.path / "warmup", ckpt, ses.progress.note)
+        pass_rate.filter_train_set(ses.ac, sampler, run.path / "warmup", ckpt, ses.progress)

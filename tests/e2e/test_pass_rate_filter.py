@@ -7,6 +7,7 @@ sampling again."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -79,6 +80,9 @@ def test_the_filter_keeps_tasks_between_0_and_1_and_a_repeat_reads_the_cache(tmp
     first = _train(project, "runs1", ray_address, cache)
     log = first.stdout + first.stderr
     assert "pass-rate filter: sampling 6 answers for each of 4 train tasks" in log, log
+    # the sampling shows its progress and an ETA, as an evaluation does (1,224 episodes for
+    # the SQL suite: most of an hour on a 2-core CPU)
+    assert re.search(r"eval pass-rate 24/24 episodes \(\d+s, ETA 0m00s\)", log), log
     (run,) = (project / "runs1").iterdir()
     record = json.loads((run / "warmup" / "pass_rate.json").read_text())
     assert record["rates"]["a"] == 1.0 and record["rates"]["n"] == 0.0
