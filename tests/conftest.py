@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -160,6 +161,20 @@ def kill_cluster(temp_dir: Path | str) -> None:
         if pid.isdigit() and str(temp_dir).encode() in cmdline:
             with contextlib.suppress(OSError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+def with_tiny(cache: Path) -> Path:
+    """`cache`, a skyrl cache dir a test keeps apart from the real one (a fresh `HOME` or
+    `SKYRL_CACHE_DIR`), holding a copy of the tiny model: built there it would cost the
+    test's first `skyrl` process 8 CPU-s (docs/benchmarks.md). The copy comes from the
+    session's own cache dir, where `resolve_model` builds it once."""
+    from agents.models import resolve_model
+
+    built = resolve_model("tiny", quiet=True)
+    target = cache / "models" / built.name
+    if not target.exists():
+        shutil.copytree(built, target)
+    return cache
 
 
 def skyrl(*args: str, cwd: Path, timeout: float = 600, check: bool = True, env: dict | None = None):

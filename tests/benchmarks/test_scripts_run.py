@@ -12,11 +12,13 @@ import sys
 from pathlib import Path
 
 from agents.trajectory import Trajectory, Turn
+from tests.conftest import with_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, home: Path, env: dict[str, str] | None = None) -> str:
+    with_tiny(home / ".cache" / "skyrl")
     proc = subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,

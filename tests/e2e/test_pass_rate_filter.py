@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import skyrl
+from tests.conftest import skyrl, with_tiny
 
 # Reward and `correct` decided by the task: one always right, one never, two by a coin the
 # sampled text throws (its length's parity), so only those two can have a rate in between.
@@ -76,7 +76,7 @@ def _train(project: Path, runs: str, ray_address: str, cache: Path, *more: str):
 
 
 def test_the_filter_keeps_tasks_between_0_and_1_and_a_repeat_reads_the_cache(tmp_path, ray_address):
-    project, cache = _project(tmp_path), tmp_path / "cache"
+    project, cache = _project(tmp_path), with_tiny(tmp_path / "cache")
     first = _train(project, "runs1", ray_address, cache)
     log = first.stdout + first.stderr
     assert "pass-rate filter: sampling 6 answers for each of 4 train tasks" in log, log

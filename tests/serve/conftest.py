@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import with_tiny
+
 BIN = Path(sys.executable).parent
 
 
@@ -51,6 +53,7 @@ def start_server(state_dir: Path, port: int | None = None, *extra: str) -> Serve
     state_dir.mkdir(parents=True, exist_ok=True)
     log = state_dir.parent / f"serve-{port}-{time.time_ns()}.log"
     env = {**os.environ, "HOME": str(state_dir.parent), "TINKER_TELEMETRY": "0"}
+    with_tiny(state_dir.parent / ".cache" / "skyrl")
     cmd = [
         str(BIN / "skyrl"),
         "serve",

@@ -14,6 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.conftest import with_tiny
 from tests.serve.conftest import Server, start_server
 
 BIN = Path(sys.executable).parent
@@ -163,6 +164,7 @@ def test_bad_requests_get_4xx_in_openai_shape_and_the_server_keeps_serving(serve
 
 def test_bad_command_lines_are_one_sentence(server: Server, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
+    with_tiny(tmp_path / ".cache" / "skyrl")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "config.yaml").write_text("{}")
     for args, words in [
@@ -184,6 +186,7 @@ def test_bad_command_lines_are_one_sentence(server: Server, tmp_path: Path) -> N
 
 def test_api_key(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
+    with_tiny(tmp_path / ".cache" / "skyrl")
     env.pop("SKYRL_API_KEY", None)
     out = subprocess.run(
         [str(BIN / "skyrl"), "serve", "--model", "tiny", "--host", "0.0.0.0"],
@@ -210,6 +213,7 @@ def test_api_key(tmp_path: Path) -> None:
 
 def test_skyrl_eval_through_the_server_matches_local_eval(server: Server, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path)}
+    with_tiny(tmp_path / ".cache" / "skyrl")
     base = [str(BIN / "skyrl"), "eval", "--env", "math", "--limit", "4", "--no-tracking"]
     local = subprocess.run(
         [*base, "--model", "tiny", "--output", str(tmp_path / "local")],
