@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer, DynamicCache
 
+from agents.attention import use_shared_heads
 from agents.engine import GenRequest, GenResult
 from agents.memory import keep_freed_memory
 from agents.weights import check_weights, from_pretrained, load_folder, load_weights
@@ -40,6 +41,7 @@ class HFEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, _DTYPES[dtype])
         self.model = model.to(self.device).eval()
+        use_shared_heads(self.model)  # no copy of the key/value cache per step
         self.eos_ids = eos_ids(self.model.generation_config, self.tokenizer)
         """Token ids that end a continuation (`finish_reason` `eos`)."""
         self.context = int(getattr(self.model.config, "max_position_embeddings", 2048))

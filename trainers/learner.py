@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from transformers import AutoTokenizer
 
+from agents.attention import use_shared_heads
 from agents.memory import keep_freed_memory
 from agents.weights import WeightsError, from_pretrained, load_weights
 from trainers.algorithms import entropy_from_logp, value_loss
@@ -95,6 +96,7 @@ class TorchLearner:
         self.compute_dtype = _DTYPES[spec.dtype]
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_path))
         model: Any = from_pretrained(model_path, torch.float32)
+        use_shared_heads(model)  # no-grad passes read shared key/value heads in place
         # eval mode throughout, the update included (as veRL and OpenRLHF): with dropout on,
         # the frozen pass and the update would score the same weights differently and the
         # step-0 ratio would not be 1
