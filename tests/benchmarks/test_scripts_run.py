@@ -42,6 +42,15 @@ def test_grpo_step_benchmark_prints_both_sides_and_the_ratio(tmp_path):
     assert (ours_env, trl_env) == ("PASSIVE", "unset"), out
 
 
+def test_decode_benchmark_times_both_attention_paths_and_finds_the_same_samples(tmp_path):
+    args = ["--model", "tiny", "--repeats", "1", "--prompt-tokens", "70", "--new-tokens", "12"]
+    out = _run("benchmarks/decode.py", *args, home=tmp_path)
+    assert re.search(r"^transformers sdpa \(repeats heads\)\s+[\d.]+  [\d.]+$", out, re.M), out
+    assert re.search(r"^skyrl \(heads in place\)\s+[\d.]+  [\d.]+$", out, re.M), out
+    assert re.search(r"^ratio sdpa/skyrl: [\d.]+x$", out, re.M), out
+    assert "same tokens and log-probs: yes" in out, out
+
+
 def test_env_step_benchmark_prints_a_median_per_environment(tmp_path):
     out = _run("benchmarks/env_step.py", "--steps", "5", "--env", "sql", home=tmp_path)
     assert re.search(r"^sql\s+5\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+\d+$", out, re.M), out
