@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, skyrl
+from tests.conftest import BIN, skyrl, with_tiny
 from tests.serve.conftest import Server, free_port
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -133,6 +133,7 @@ def _serve(tmp_path: Path, *extra: str) -> Server:
     """`skyrl serve --model tiny` with `extra`, once it answers /health (vLLM takes a while)."""
     port, state = free_port(), tmp_path / "state"
     log = tmp_path / "serve.log"
+    with_tiny(tmp_path / ".cache" / "skyrl")  # the server's fresh HOME: not built again there
     env = {**os.environ, "HOME": str(tmp_path), "TINKER_TELEMETRY": "0"}
     cmd = [
         str(BIN / "skyrl"),
