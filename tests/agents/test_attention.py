@@ -32,6 +32,14 @@ def repeats(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _tiny(shared: bool):
+    """The tiny model in eval mode, on the shared-heads attention or on transformers' own."""
+    model = from_pretrained(resolve_model("tiny", quiet=True), torch.float32).eval()
+    if shared:
+        use_shared_heads(model)
+    return model
+
+
 def test_the_tiny_model_shares_its_key_value_heads():
     config = from_pretrained(resolve_model("tiny", quiet=True), torch.float32).config
     assert config.num_key_value_heads < config.num_attention_heads
@@ -59,14 +67,11 @@ def test_shared_heads_sample_the_same_tokens_and_log_probs_bit_for_bit(repeats: 
 def test_a_gradient_goes_through_the_repeat_and_does_not_move(repeats: list[int]):
     """enable_gqa's gradient sums the shared heads in another order: training keeps the
     repeat, so its gradients are transformers' own to the last bit."""
-    path = resolve_model("tiny", quiet=True)
     ids = torch.tensor([[0, 0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15]])
     mask = (ids != 0).long()
     grads = []
-    for switch in (True, False):
-        model = from_pretrained(path, torch.float32).eval()
-        if switch:
-            use_shared_heads(model)
+    for shared in (True, False):
+        model = _tiny(shared)
         logits = model(input_ids=ids, attention_mask=mask).logits
         (logits.log_softmax(-1)[..., 3].sum()).backward()
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -75,16 +80,13 @@ def test_a_gradient_goes_through_the_repeat_and_does_not_move(repeats: list[int]
 
 
 def test_no_grad_forward_of_the_learner_kind_gives_the_same_logits(repeats: list[int]):
-    path = resolve_model("tiny", quiet=True)
     ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
     mask = (ids != 0).long()
     out = []
-    for switch in (True, False):
-        model = from_pretrained(path, torch.float32).eval()
-        if switch:
-            use_shared_heads(model)
+    for shared in (True, False):
+        model = _tiny(shared)
         with torch.no_grad():
             out.append(model(input_ids=ids, attention_mask=mask).logits)
-        if switch:
+        if shared:
             assert repeats == []
     assert torch.equal(out[0], out[1])
