@@ -8,6 +8,7 @@ is `learner.num_workers` actors in one torch.distributed group).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -18,6 +19,7 @@ from typing import Any
 from agents import engines as engine_table
 from agents.replicas import Replicas
 from agents.sampling import Local, SamplingClient
+from trainers import warm
 from trainers.algorithm_table import ALGORITHMS
 from trainers.client import LearnerSpec, TrainingClient, learner_spec
 from trainers.config import RunConfig
@@ -129,15 +131,35 @@ def _build(kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> Any:
 
 
 class _Worker:
-    """A Ray actor holding one backend; `call` runs any of its methods."""
+    """A Ray actor holding one backend; `call` runs any of its methods. A warm worker
+    (trainers/warm.py) starts with none (`kind` None): each run that takes it `build`s its
+    own, and `release`s it at the end."""
 
     def __init__(
-        self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec, env: dict[str, str]
+        self,
+        kind: str | None,
+        model_path: str,
+        cfg: RunConfig | LearnerSpec | None,
+        env: dict[str, str],
     ) -> None:
         os.environ.update(env)  # before anything reads it: nothing heavy is imported yet
+        self.backend = _build(kind, model_path, cfg) if kind and cfg is not None else None
+        self.others: dict[str, Any] = {}
+
+    def build(self, kind: str, model_path: str, cfg: RunConfig | LearnerSpec) -> None:
+        """This run's backend, in a warm worker the run took."""
         self.backend = _build(kind, model_path, cfg)
 
-        self.others: dict[str, Any] = {}
+    def release(self) -> None:
+        """Drop this run's backends and give their memory back: the worker goes back warm."""
+        import gc
+
+        self.backend, self.others = None, {}
+        gc.collect()
+        if sys.platform == "linux":  # glibc keeps freed model memory in its arenas otherwise
+            import ctypes
+
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.backend, method)(*args, **kwargs)
@@ -212,6 +234,82 @@ def shares_a_process(cfg: RunConfig) -> bool:
     )
 
 
+def reuses_workers(cfg: RunConfig) -> bool:
+    """Whether this run takes warm workers from its cluster and gives them back
+    (trainers/warm.py): asked for (`SKYRL_REUSE_WORKERS=1`), on a cluster it joins (a
+    private one ends with the run), with its workers colocated (a `split` engine reserves
+    its own device for the run)."""
+    return warm.wanted() and bool(cfg.ray.address) and cfg.ray.placement == "colocated"
+
+
+_TAKEN: list[tuple[str, Any]] = []
+"""The warm workers this process's run holds (name, actor): given back at a clean end
+(`give_back`), killed otherwise (`end_warm`)."""
+
+
+def _pool() -> Any:
+    import ray
+
+    pool = ray.remote(num_cpus=0)(warm.WarmPool)
+    return pool.options(
+        name=warm.pool_name(), namespace=warm.NAMESPACE, lifetime="detached", get_if_exists=True
+    ).remote()
+
+
+def _warm_worker(actor: Any, env: dict[str, str], opts: dict[str, Any]) -> Any:
+    """A free warm worker of this run's key from the cluster's pool, or a new one that joins
+    the pool (held by this run); either way empty, for the run to `build` in."""
+    import ray
+
+    pool, k = _pool(), warm.key(env, opts)
+    job = ray.get_runtime_context().get_job_id()
+    while (got := ray.get(pool.take.remote(k, job))) is not None:
+        name, worker = got
+        try:
+            ray.get(worker.ready.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - it died while it waited: the next, or a new one
+            ray.get(pool.drop.remote([name]))
+            continue
+        _TAKEN.append((name, worker))
+        return worker
+    name = f"skyrl-warm-{secrets.token_hex(6)}"
+    worker = actor.options(name=name, namespace=warm.NAMESPACE, lifetime="detached", **opts).remote(
+        None, "", None, env
+    )
+    ray.get(pool.add.remote(name, worker, k, job))
+    _TAKEN.append((name, worker))
+    return worker
+
+
+def give_back() -> None:
+    """The run ended cleanly: its warm workers drop its backends and go back to the pool."""
+    if not _TAKEN:
+        return
+    import ray
+
+    try:
+        ray.get([w.release.remote() for _, w in _TAKEN], timeout=120)
+        ray.get(_pool().give.remote([n for n, _ in _TAKEN], warm.IDLE_S), timeout=30)
+    except Exception:  # noqa: BLE001 - the run is done either way: its workers end instead
+        end_warm()
+    _TAKEN.clear()
+
+
+def end_warm() -> None:
+    """The run failed or was stopped: its warm workers may be mid-call or hold a broken
+    state, so they end (and leave the pool) rather than go back."""
+    if not _TAKEN:
+        return
+    import ray
+
+    for _, w in _TAKEN:
+        with contextlib.suppress(Exception):
+            ray.kill(w)
+    with contextlib.suppress(Exception):
+        ray.get(_pool().drop.remote([n for n, _ in _TAKEN]), timeout=10)
+    _TAKEN.clear()
+
+
 def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
     """Build the clients' backends: in this process (`local`), or as Ray actors on the
     cluster at `ray.address` (a private local one by default). num_cpus=0: on a laptop
@@ -239,6 +337,7 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
             phase(f"starting the learner and engine workers, loading {cfg.model.name} into each")
         actor = ray.remote(num_cpus=0)(_Worker)
         env = worker_env()
+        reuse = reuses_workers(cfg)
         handles: list[_RayHandle] = []
         added: list[Any] = []  # the `add` calls of a shared process: their errors surface
 
@@ -258,9 +357,13 @@ def place(cfg: RunConfig, model_path: Path, local: bool = False) -> Clients:
                 from trainers.learner_group import engine_options
 
                 opts |= engine_options()
-            handles.append(
-                _RayHandle(actor.options(**opts).remote(kind, str(model_path), made_of(kind), env))
-            )
+            if reuse and (kind != "engine" or cfg.rollout.engine == "hf"):
+                # a warm worker (trainers/warm.py): taken from the pool or started to join it
+                worker = _warm_worker(actor, env, opts)
+                added.append(worker.build.remote(kind, str(model_path), made_of(kind)))
+            else:
+                worker = actor.options(**opts).remote(kind, str(model_path), made_of(kind), env)
+            handles.append(_RayHandle(worker))
             return handles[-1]
 
     entry = ALGORITHMS[cfg.algorithm.name]

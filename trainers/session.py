@@ -36,7 +36,7 @@ from agents.tokenizer import load_tokenizer
 from agents.trajectory import Trajectory
 from environments import registry
 from tasks.task import Task
-from trainers import pass_rate, stopping
+from trainers import pass_rate, placement, stopping
 from trainers.algorithms import AdaptiveKLController, FixedKLController
 from trainers.checkpoint import refuse_when_none_counts, restore
 from trainers.config import RunConfig
@@ -191,6 +191,7 @@ class Session:
         run.set_status(state="finished", step=cfg.trainer.max_steps, finished=utc_now())
         tracker.close("FINISHED")
         self.ac.pool.shutdown()
+        placement.give_back()  # warm workers (trainers/warm.py) go back for the next run
         summary["final_checkpoint"] = str(final) if final else None
         return summary
 

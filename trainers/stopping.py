@@ -161,6 +161,10 @@ def end_processes(grace_s: float = 3.0) -> None:
         watchdog = threading.Timer(20.0, lambda: _signal_all(procs, signal.SIGKILL))
         watchdog.daemon = True
         watchdog.start()
+        placement = sys.modules.get("trainers.placement")
+        if placement is not None:  # warm workers this run took outlive it: end them too
+            with contextlib.suppress(Exception):
+                placement.end_warm()
         with contextlib.suppress(Exception):
             ray.shutdown()
         watchdog.cancel()
