@@ -98,11 +98,16 @@ def ray_address(tmp_path_factory):
     Its servers listen on every interface whatever --node-ip-address says, so like the
     trainer's private cluster it requires a token; the `skyrl` commands of the session
     inherit it (RAY_AUTH_MODE/RAY_AUTH_TOKEN, as a user joining a secured cluster sets them).
+    They also keep their workers warm on it (`SKYRL_REUSE_WORKERS=1`, trainers/warm.py): a
+    run takes the worker process a finished run left instead of starting one, about 5 s of
+    CPU less each (docs/benchmarks.md); tests/trainers/test_warm_workers.py checks what
+    that changes.
     """
     port = _free_port()
     auth = pytest.MonkeyPatch()
     auth.setenv("RAY_AUTH_MODE", "token")
     auth.setenv("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
+    auth.setenv("SKYRL_REUSE_WORKERS", "1")
     tmp = tmp_path_factory.mktemp("ray")
     # A short temp dir: Ray's unix sockets fail on long paths.
     temp_dir = Path("/tmp") / f"skyrl-ray-{os.getpid()}"
