@@ -1,9 +1,12 @@
 """What one short `skyrl train` costs on a joined Ray cluster, in wall time and in CPU seconds
 of every process (driver, Ray workers, raylet), with the learner, engine and other backends
-in one worker process (`ray.share_process=true`, the default) against one process each.
+in one worker process (`ray.share_process=true`, the default) against one process each;
+or (`--compare warm`) a run that starts its worker against one that takes the warm worker
+a finished run left on the cluster (`SKYRL_REUSE_WORKERS`, trainers/warm.py).
 
     python benchmarks/run_cost.py                  # 3 runs of each, tiny model, 1 step
     python benchmarks/run_cost.py --runs 5 --set algorithm.kl_coef=0.05
+    python benchmarks/run_cost.py --compare warm   # fresh worker against warm worker
     python benchmarks/run_cost.py --ray-address 127.0.0.1:6379   # a cluster already up
 
 The test suite runs about a hundred such commands, so their CPU is what its wall time
@@ -65,11 +68,19 @@ def main() -> None:
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--set", action="append", default=[], help="more config (KEY=VALUE)")
     ap.add_argument("--ray-address", help="join this cluster instead of starting one here")
+    ap.add_argument(
+        "--compare",
+        choices=["share", "warm"],
+        default="share",
+        help="share: ray.share_process true against false (default); warm: a fresh worker "
+        "against a warm one (SKYRL_REUSE_WORKERS)",
+    )
     a = ap.parse_args()
 
     source, cpu = _cpu_reader()
     work = Path(tempfile.mkdtemp(prefix="skyrl-run-cost-"))
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("SKYRL_REUSE_WORKERS", None)  # only the warm side of --compare warm asks for it
     head = None
     temp = f"/tmp/skyrl-rc-{os.getpid()}"  # short: Ray's unix sockets fail on long paths
     address = a.ray_address
@@ -84,24 +95,38 @@ def main() -> None:
         )  # fmt: skip # arguments grouped by meaning
         address = f"127.0.0.2:{port}"
         time.sleep(5)  # the head's own start-up, outside every measurement
-    rows: dict[str, list[tuple[float, float]]] = {"true": [], "false": []}
-    print(f"{'share_process':<14} {'wall s':>7} {'CPU s':>7}   (CPU: {source})")
+    sides = ("true", "false") if a.compare == "share" else ("fresh", "warm")
+    rows: dict[str, list[tuple[float, float]]] = {s: [] for s in sides}
+    # the warm side's pool is this invocation's own: no other run takes its worker
+    # (ended 30 s after the last run gives it back, on a cluster that outlives the script)
+    warm_env = {**env, "SKYRL_REUSE_WORKERS": f"run-cost-{os.getpid()}", "SKYRL_REUSE_IDLE_S": "30"}
+
+    def one(side: str) -> tuple[float, float]:
+        share = side if a.compare == "share" else "true"
+        sets = [*a.set, f"ray.share_process={share}", "eval.before=false", "eval.limit=0"]
+        cmd = [str(BIN / "skyrl"), "train", "--env", "math", "--model", a.model]
+        cmd += ["--max-steps", str(a.steps), "--ray-address", address]
+        cmd += [x for s in sets for x in ("--set", s)]
+        c0, t0 = cpu(), time.perf_counter()
+        done = subprocess.run(
+            cmd, cwd=work, env=warm_env if side == "warm" else env, capture_output=True, text=True
+        )
+        wall = time.perf_counter() - t0
+        time.sleep(2)  # the job's workers exit
+        if done.returncode != 0:
+            sys.exit(f"a run ({side}) failed: {done.stderr.strip()[-500:]}")
+        return wall, cpu() - c0
+
+    label = "share_process" if a.compare == "share" else "worker"
+    print(f"{label:<14} {'wall s':>7} {'CPU s':>7}   (CPU: {source})")
     try:
-        for i in range(a.runs):
-            for side in ("true", "false"):
-                sets = [*a.set, f"ray.share_process={side}", "eval.before=false", "eval.limit=0"]
-                cmd = [str(BIN / "skyrl"), "train", "--env", "math", "--model", a.model]
-                cmd += ["--max-steps", str(a.steps), "--ray-address", address]
-                cmd += [x for s in sets for x in ("--set", s)]
-                c0, t0 = cpu(), time.perf_counter()
-                done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-                wall = time.perf_counter() - t0
-                time.sleep(2)  # the job's workers exit
-                used = cpu() - c0
-                if done.returncode != 0:
-                    sys.exit(f"run {i + 1} ({side}) failed: {done.stderr.strip()[-500:]}")
-                rows[side].append((wall, used))
-                print(f"{side:<14} {wall:>7.2f} {used:>7.2f}", flush=True)
+        if a.compare == "warm":  # the first warm run starts the worker: not counted
+            wall, used = one("warm")
+            print(f"{'(first warm)':<14} {wall:>7.2f} {used:>7.2f}   starts the worker", flush=True)
+        for _ in range(a.runs):
+            for side in sides:
+                rows[side].append(one(side))
+                print(f"{side:<14} {rows[side][-1][0]:>7.2f} {rows[side][-1][1]:>7.2f}", flush=True)
     finally:
         if head is not None:  # this cluster's processes (its temp dir), no other Ray's
             head.kill()
@@ -118,7 +143,10 @@ def main() -> None:
     med = {s: [statistics.median(x[k] for x in r) for k in (0, 1)] for s, r in rows.items()}
     for side, (wall, used) in med.items():
         print(f"median {side:<7} {wall:>7.2f} {used:>7.2f}")
-    print(f"CPU ratio separate/shared: {med['false'][1] / med['true'][1]:.2f}x")
+    if a.compare == "share":
+        print(f"CPU ratio separate/shared: {med['false'][1] / med['true'][1]:.2f}x")
+    else:
+        print(f"CPU ratio fresh/warm: {med['fresh'][1] / med['warm'][1]:.2f}x")
 
 
 if __name__ == "__main__":

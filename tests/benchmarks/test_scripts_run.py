@@ -204,6 +204,19 @@ def test_run_cost_benchmark_prints_each_run_and_the_cpu_ratio(tmp_path, ray_addr
     assert re.search(r"^CPU ratio separate/shared: [\d.]+x$", out, re.M), out
 
 
+def test_run_cost_benchmark_compares_a_fresh_worker_with_a_warm_one(tmp_path, ray_address):
+    auth = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+    out = _run(
+        "benchmarks/run_cost.py", "--runs", "1", "--ray-address", ray_address,
+        "--compare", "warm",
+        home=tmp_path, env={**auth, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+    )  # fmt: skip
+    assert re.search(r"^\(first warm\)\s+[\d.]+\s+[\d.]+\s+starts the worker$", out, re.M), out
+    assert re.search(r"^fresh\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert re.search(r"^warm\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert re.search(r"^CPU ratio fresh/warm: [\d.]+x$", out, re.M), out
+
+
 def _finish_run(run: Path, seed: int) -> None:
     """What a finished run holds besides its evals: one step's metrics and the seed file."""
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
