@@ -70,7 +70,12 @@ def train(
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed.")] = None,
     ray_address: Annotated[
-        str | None, typer.Option("--ray-address", help="Join an existing Ray cluster.")
+        str | None,
+        typer.Option(
+            "--ray-address",
+            help="Join an existing Ray cluster. With SKYRL_REUSE_WORKERS=1 a run takes the "
+            "worker a finished run left there instead of starting one (docs/scaling.md).",
+        ),
     ] = None,
     watch: Annotated[
         bool,
