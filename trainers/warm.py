@@ -23,6 +23,7 @@ This module imports nothing heavy: the pool's own worker process loads it alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import sys
@@ -53,6 +54,7 @@ def pool_name() -> str:
     return POOL if value.lower() in ("1", "true", "yes", "on") else f"{POOL}-{value}"
 
 
+@functools.cache  # once per process: a run's code does not change under it
 def code_stamp() -> str:
     """The size and modification time of every module a worker may run, and of the
     interpreter's site-packages folder (a `pip install` changes it): what makes a warm
